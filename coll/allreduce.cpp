@@ -1,0 +1,226 @@
+/*
+ * The two allreduce paths over one communicator's state.
+ *
+ * Latency path (message <= small_bytes), one segment `s`, buffer set s % D:
+ *   step  who                what
+ *   1     all local ranks    wait until set is free (every local rank done with s - D)
+ *   2     all local ranks    copy input to own slot, publish arrived = s
+ *   3a    one node:  all     wait all arrived; reduce slots 0..L-1 in order into the output
+ *   3b    >1 node:   leader  wait all arrived; reduce into result; ring with the other leaders;
+ *                            publish reduced = s.  Others wait leader's reduced, copy result out
+ *   4     all                publish done = s
+ *
+ * Pipeline path (larger messages), segments of slot_bytes, up to D segments in flight:
+ *   start(k):  wait set free; copy segment k into own slot; arrived = s;
+ *              wait all arrived; for each owned shard: result = slot0 op slot1 op ... (hop 1,
+ *              reduce-scatter); with >1 node post the shard's ring (hop 2, non-blocking)
+ *   finish(k): complete own rings; reduced = s; wait all reduced; copy the whole result of
+ *              segment k out (hop 3, allgather); done = s
+ *   order:     start(0) .. start(D-1), finish(0), start(D), finish(1), ... so hop 1 of segment
+ *              k runs while hop 2 of segment k-1 is on the wire.
+ * Every element is reduced once, by its shard owner, in local-rank order, then in ring order:
+ * the result is bitwise identical on all ranks and repeatable for the same topology.
+ */
+#include <cstring>
+#include <deque>
+
+#include "comm_state.h"
+#include "reducer.h"
+#include "segment_plan.h"
+
+using twohop::RankFlags;
+using twohop::Range;
+using twohop::Reducer;
+
+int twohop_comm::poll() {
+    int rc = TWOHOP_OK;
+    if (worker) {
+        worker->progress();
+        for (auto &r : rings) {
+            bool fin;
+            if (r.active()) {
+                int e = r.advance(&fin);
+                if (e != TWOHOP_OK) rc = e;
+            }
+        }
+        if (rc == TWOHOP_OK && worker->peer_failed()) rc = TWOHOP_ERR_TRANSPORT;
+    }
+    host.progress();
+    return rc;
+}
+
+int twohop_comm::wait_all(std::atomic<uint64_t> RankFlags::*which, uint64_t target) {
+    const int l = topo.local_size();
+    for (int i = 0; i < l; ++i) {
+        unsigned spins = 0;
+        while ((shm.flags(i).*which).load(std::memory_order_acquire) < target) {
+            if (++spins % 16 == 0) {
+                int rc = poll();
+                if (rc != TWOHOP_OK) return rc;
+            }
+        }
+    }
+    return TWOHOP_OK;
+}
+
+namespace {
+
+using FlagPtr = std::atomic<uint64_t> RankFlags::*;
+constexpr FlagPtr kArrived = &RankFlags::arrived;
+constexpr FlagPtr kReduced = &RankFlags::reduced;
+constexpr FlagPtr kDone = &RankFlags::done;
+
+/* out = slot[0] op slot[1] op ... op slot[L-1] over items [off, off + n) of set `set`. */
+int reduce_slots(twohop_comm *c, int set, uint64_t off_bytes, uint64_t items, char *out,
+                 const Reducer &red) {
+    const int l = c->topo.local_size();
+    const uint64_t bytes = items * red.item_bytes();
+    if (l == 1) {
+        if (out != c->shm.slot(set, 0) + off_bytes) std::memcpy(out, c->shm.slot(set, 0) + off_bytes, bytes);
+        return TWOHOP_OK;
+    }
+    int rc = red.combine(c->shm.slot(set, 0) + off_bytes, c->shm.slot(set, 1) + off_bytes, out,
+                         items);
+    for (int i = 2; rc == TWOHOP_OK && i < l; ++i) {
+        rc = red.combine(out, c->shm.slot(set, i) + off_bytes, out, items);
+    }
+    return rc;
+}
+
+/* Runs the rings of segment `s` (set `set`) to completion, polling everything meanwhile. */
+int finish_rings(twohop_comm *c, int set) {
+    for (size_t i = 0; i < c->rails.size(); ++i) {
+        twohop::RingOp &r = c->rings[set * c->rails.size() + i];
+        while (r.active()) {
+            int rc = c->poll();
+            if (rc != TWOHOP_OK) return rc;
+        }
+    }
+    return TWOHOP_OK;
+}
+
+int latency_path(twohop_comm *c, const char *sbuf, char *rbuf, uint64_t count,
+                 const Reducer &red) {
+    const uint64_t s = ++c->seq;
+    const int set = static_cast<int>(s % c->depth);
+    const uint64_t bytes = count * red.item_bytes();
+    const int me = c->topo.local_rank;
+    RankFlags &mine = c->shm.flags(me);
+    int rc = s > uint64_t(c->depth) ? c->wait_all(kDone, s - c->depth) : TWOHOP_OK;
+    if (rc != TWOHOP_OK) return rc;
+    std::memcpy(c->shm.slot(set, me), sbuf, bytes);
+    mine.arrived.store(s, std::memory_order_release);
+
+    if (c->topo.n_nodes() == 1) {
+        rc = c->wait_all(kArrived, s);
+        if (rc == TWOHOP_OK) rc = reduce_slots(c, set, 0, count, rbuf, red);
+        mine.done.store(s, std::memory_order_release);
+        return rc;
+    }
+    if (me == 0) { // node leader: owner of shard 0 on every node, i.e. the rail of shard 0
+        rc = c->wait_all(kArrived, s);
+        if (rc == TWOHOP_OK) rc = reduce_slots(c, set, 0, count, c->shm.result(set), red);
+        if (rc == TWOHOP_OK) {
+            twohop::RingOp &ring = c->rings[set * c->rails.size()];
+            const twohop_rail &rail = c->rails[0];
+            rc = ring.start(c->worker, rail.right, rail.n, rail.pos, c->shm.result(set), count,
+                            &red, c->ring_scratch(set, 0), c->rail_tag(s, 0));
+        }
+        if (rc == TWOHOP_OK) rc = finish_rings(c, set);
+        if (rc != TWOHOP_OK) return rc; // the job is broken: peers see the failure too
+        mine.reduced.store(s, std::memory_order_release);
+    } else {
+        unsigned spins = 0;
+        while (c->shm.flags(0).reduced.load(std::memory_order_acquire) < s) {
+            if (++spins % 16 == 0 && (rc = c->poll()) != TWOHOP_OK) return rc;
+        }
+    }
+    std::memcpy(rbuf, c->shm.result(set), bytes);
+    mine.done.store(s, std::memory_order_release);
+    return TWOHOP_OK;
+}
+
+struct InFlight {
+    uint64_t s;
+    Range seg;
+};
+
+int pipeline_start(twohop_comm *c, const char *sbuf, const InFlight &f, const Reducer &red) {
+    const int set = static_cast<int>(f.s % c->depth);
+    const uint64_t ib = red.item_bytes();
+    const int me = c->topo.local_rank;
+    int rc = f.s > uint64_t(c->depth) ? c->wait_all(kDone, f.s - c->depth) : TWOHOP_OK;
+    if (rc != TWOHOP_OK) return rc;
+    std::memcpy(c->shm.slot(set, me), sbuf + f.seg.offset * ib, f.seg.count * ib);
+    c->shm.flags(me).arrived.store(f.s, std::memory_order_release);
+    if ((rc = c->wait_all(kArrived, f.s)) != TWOHOP_OK) return rc;
+
+    const uint64_t shards = static_cast<uint64_t>(c->topo.n_shards());
+    int posted = 0;
+    for (size_t i = 0; i < c->my_shards.size(); ++i) {
+        const int sh = c->my_shards[i];
+        const Range r = twohop::split_even(f.seg.count, shards, static_cast<uint64_t>(sh));
+        char *out = c->shm.result(set) + r.offset * ib;
+        if ((rc = reduce_slots(c, set, r.offset * ib, r.count, out, red)) != TWOHOP_OK) return rc;
+        if (c->rails.empty() || r.count == 0) continue;
+        const twohop_rail &rail = c->rails[i];
+        rc = c->rings[set * c->rails.size() + i].start(c->worker, rail.right, rail.n, rail.pos,
+                                                       out, r.count, &red,
+                                                       c->ring_scratch(set, i),
+                                                       c->rail_tag(f.s, sh));
+        if (rc != TWOHOP_OK) return rc;
+        // Doorbell batching at the collective level: post_batch transfers back-to-back, then
+        // let UCX make progress on them.
+        if (++posted % c->post_batch == 0) c->worker->progress();
+    }
+    return TWOHOP_OK;
+}
+
+int pipeline_finish(twohop_comm *c, char *rbuf, const InFlight &f, const Reducer &red) {
+    const int set = static_cast<int>(f.s % c->depth);
+    const uint64_t ib = red.item_bytes();
+    RankFlags &mine = c->shm.flags(c->topo.local_rank);
+    int rc = finish_rings(c, set);
+    if (rc != TWOHOP_OK) return rc;
+    mine.reduced.store(f.s, std::memory_order_release);
+    if ((rc = c->wait_all(kReduced, f.s)) != TWOHOP_OK) return rc;
+    std::memcpy(rbuf + f.seg.offset * ib, c->shm.result(set), f.seg.count * ib);
+    mine.done.store(f.s, std::memory_order_release);
+    return TWOHOP_OK;
+}
+
+int pipeline_path(twohop_comm *c, const char *sbuf, char *rbuf, uint64_t count,
+                  const Reducer &red) {
+    const uint64_t seg_items = twohop::segment_items(c->slot_bytes, red.item_bytes());
+    const uint64_t nseg = twohop::segment_count(count, seg_items);
+    std::deque<InFlight> window;
+    for (uint64_t k = 0; k < nseg; ++k) {
+        if (window.size() == static_cast<size_t>(c->depth)) {
+            int rc = pipeline_finish(c, rbuf, window.front(), red);
+            if (rc != TWOHOP_OK) return rc;
+            window.pop_front();
+        }
+        InFlight f{++c->seq, twohop::segment_range(count, seg_items, k)};
+        int rc = pipeline_start(c, sbuf, f, red);
+        if (rc != TWOHOP_OK) return rc;
+        window.push_back(f);
+    }
+    while (!window.empty()) {
+        int rc = pipeline_finish(c, rbuf, window.front(), red);
+        if (rc != TWOHOP_OK) return rc;
+        window.pop_front();
+    }
+    return TWOHOP_OK;
+}
+
+} // namespace
+
+extern "C" int twohop_comm_allreduce(twohop_comm *c, const void *sbuf, void *rbuf,
+                                     uint64_t count, const twohop_reduction *red) {
+    if (count == 0) return TWOHOP_OK;
+    const Reducer reducer(*red);
+    const auto *in = static_cast<const char *>(sbuf);
+    auto *out = static_cast<char *>(rbuf);
+    if (count * red->item_bytes <= c->small_bytes) return latency_path(c, in, out, count, reducer);
+    return pipeline_path(c, in, out, count, reducer);
+}

@@ -1,0 +1,84 @@
+/*
+ * NodeShm: the per-node shared-memory segment of one communicator, and its layout.
+ *
+ * Layout (offsets from the mapping's start; every block 4 KiB aligned):
+ *   control   L flag lines of 128 bytes, one per local rank (its three sequence counters)
+ *   set 0     L input slots of slot_bytes, then the result buffer of slot_bytes
+ *   ...
+ *   set D-1   (D = pipeline depth)
+ * Footprint = 4 KiB-aligned(L * 128) + D * (L + 1) * slot_bytes: independent of the message
+ * size (slot_bytes = coll_twohop_segment_bytes rounded up to 4 KiB).
+ *
+ * Lifecycle: the node leader creates the segment exclusively with mode 0600; after every
+ * local rank has mapped it the leader unlinks the name, so nothing stays in /dev/shm even if
+ * the job is killed later.
+ */
+#ifndef TWOHOP_NODE_SHM_H
+#define TWOHOP_NODE_SHM_H
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace twohop {
+
+/* Sequence counters one local rank publishes; each line has a single writer. */
+struct alignas(128) RankFlags {
+    std::atomic<uint64_t> arrived; // input of segment `seq` copied into my slot
+    std::atomic<uint64_t> reduced; // my shards of `seq` hold the final (post hop 2) result
+    std::atomic<uint64_t> done;    // I finished reading every buffer of `seq`
+};
+static_assert(sizeof(RankFlags) == 128, "one flag line per rank");
+
+struct ShmLayout {
+    int local_size = 0;
+    int depth = 0;
+    uint64_t slot_bytes = 0; // 4 KiB multiple
+
+    static constexpr uint64_t kAlign = 4096;
+    static uint64_t align_up(uint64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
+
+    uint64_t control_bytes() const { return align_up(uint64_t(local_size) * sizeof(RankFlags)); }
+    uint64_t set_bytes() const { return uint64_t(local_size + 1) * slot_bytes; }
+    uint64_t slot_offset(int set, int local) const {
+        return control_bytes() + uint64_t(set) * set_bytes() + uint64_t(local) * slot_bytes;
+    }
+    uint64_t result_offset(int set) const { return slot_offset(set, local_size); }
+    uint64_t total_bytes() const { return control_bytes() + uint64_t(depth) * set_bytes(); }
+};
+
+class NodeShm {
+  public:
+    NodeShm() = default;
+    ~NodeShm();
+    NodeShm(const NodeShm &) = delete;
+    NodeShm &operator=(const NodeShm &) = delete;
+
+    /*
+     * Leader: creates `name` (O_CREAT|O_EXCL, mode 0600), sizes it to layout.total_bytes()
+     * with pages reserved (posix_fallocate, so a full /dev/shm is an error now rather than a
+     * SIGBUS later), maps it and zeroes the control block. Returns false with *err set.
+     */
+    bool create(const std::string &name, const ShmLayout &layout, std::string *err);
+    /* Other local ranks: maps an existing segment of the same layout. */
+    bool attach(const std::string &name, const ShmLayout &layout, std::string *err);
+    /* Leader, after every local rank attached: removes the name. */
+    void unlink();
+
+    const ShmLayout &layout() const { return layout_; }
+    RankFlags &flags(int local) { return reinterpret_cast<RankFlags *>(base_)[local]; }
+    char *slot(int set, int local) { return base_ + layout_.slot_offset(set, local); }
+    char *result(int set) { return base_ + layout_.result_offset(set); }
+
+  private:
+    bool map(int fd, std::string *err);
+    char *base_ = nullptr;
+    ShmLayout layout_;
+    std::string name_;
+    bool owner_ = false;
+};
+
+} // namespace twohop
+
+#endif

@@ -1,0 +1,70 @@
+#include "rail_ring.h"
+
+#include "segment_plan.h"
+
+namespace twohop {
+
+char *RingOp::chunk_ptr(int c, uint64_t *items) const {
+    const Range r = split_even(items_, static_cast<uint64_t>(n_), static_cast<uint64_t>(c));
+    *items = r.count;
+    return data_ + r.offset * red_->item_bytes();
+}
+
+int RingOp::start(ucx::Worker *w, ucp_ep_h right, int n, int pos, char *data, uint64_t items,
+                  const Reducer *red, char *scratch, uint64_t tag_base) {
+    w_ = w;
+    right_ = right;
+    n_ = n;
+    pos_ = pos;
+    data_ = data;
+    items_ = items;
+    red_ = red;
+    scratch_ = scratch;
+    tag_base_ = tag_base;
+    step_ = 0;
+    active_ = true;
+    return post_step();
+}
+
+int RingOp::post_step() {
+    const int t = step_;
+    const bool rs = t < n_ - 1;
+    const int u = rs ? t : t - (n_ - 1);
+    const int send_c = rs ? ((pos_ - t) % n_ + n_) % n_ : ((pos_ + 1 - u) % n_ + n_) % n_;
+    recv_chunk_ = rs ? ((pos_ - t - 1) % n_ + 2 * n_) % n_ : ((pos_ - u) % n_ + n_) % n_;
+    uint64_t send_items, recv_items;
+    char *send_p = chunk_ptr(send_c, &send_items);
+    char *recv_p = chunk_ptr(recv_chunk_, &recv_items);
+    const uint64_t ib = red_->item_bytes();
+    const uint64_t tag = tag_base_ | static_cast<uint64_t>(t);
+    int rc = w_->recv(rs ? scratch_ : recv_p, recv_items * ib, tag, &recv_);
+    if (rc != TWOHOP_OK) return rc;
+    return w_->send(right_, send_p, send_items * ib, tag, &send_);
+}
+
+int RingOp::advance(bool *finished) {
+    *finished = !active_;
+    if (!active_) return TWOHOP_OK;
+    if (!send_.done || !recv_.done) return TWOHOP_OK;
+    if (send_.status != UCS_OK || recv_.status != UCS_OK) {
+        active_ = false;
+        return TWOHOP_ERR_TRANSPORT;
+    }
+    if (step_ < n_ - 1) { // reduce-scatter: fold the partial result of the ring so far in
+        uint64_t items;
+        char *mine = chunk_ptr(recv_chunk_, &items);
+        int rc = red_->combine(scratch_, mine, mine, items);
+        if (rc != TWOHOP_OK) {
+            active_ = false;
+            return rc;
+        }
+    }
+    if (++step_ == 2 * (n_ - 1)) {
+        active_ = false;
+        *finished = true;
+        return TWOHOP_OK;
+    }
+    return post_step();
+}
+
+} // namespace twohop

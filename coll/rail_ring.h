@@ -1,0 +1,55 @@
+/*
+ * RingOp: hop 2 for one shard of one segment, a ring allreduce among the shard's rail
+ * (one rank per node) over UCX tagged messages, advanced as a non-blocking state machine so
+ * the caller can run hop 1 of the next segment while it is in flight.
+ *
+ * Steps (n rail members, member at ring position p, chunk c = split_even(items, n, c)):
+ *   step t, 0 <= t < n-1   (reduce-scatter)  send chunk (p-t) mod n to p+1,
+ *                          receive chunk (p-t-1) mod n from p-1 into scratch,
+ *                          chunk = scratch op chunk
+ *   step t, n-1 <= t < 2n-2 (allgather)      send chunk (p+1-u) mod n, receive chunk (p-u)
+ *                          mod n in place, u = t-(n-1)
+ * After the reduce-scatter, position p holds chunk (p+1) mod n fully reduced; every element
+ * is combined in one fixed order along the ring, so all ranks end with the same bits.
+ * Tags: tag_base | t (t < 4096), see CommState::rail_tag.
+ */
+#ifndef TWOHOP_RAIL_RING_H
+#define TWOHOP_RAIL_RING_H
+
+#include <cstdint>
+
+#include "reducer.h"
+#include "worker.h"
+
+namespace twohop {
+
+class RingOp {
+  public:
+    /*
+     * Starts the ring over data[0 .. items*item_bytes) (in place). n >= 2, 0 <= pos < n,
+     * scratch holds at least one chunk (ceil(items/n) items). Returns a twohop_status.
+     */
+    int start(ucx::Worker *w, ucp_ep_h right, int n, int pos, char *data, uint64_t items,
+              const Reducer *red, char *scratch, uint64_t tag_base);
+    /* Advances when the current step's transfers completed; *finished once all steps ran. */
+    int advance(bool *finished);
+    bool active() const { return active_; }
+
+  private:
+    int post_step();
+    char *chunk_ptr(int c, uint64_t *items) const;
+
+    ucx::Worker *w_ = nullptr;
+    ucp_ep_h right_ = nullptr;
+    const Reducer *red_ = nullptr;
+    char *data_ = nullptr;
+    char *scratch_ = nullptr;
+    uint64_t items_ = 0, tag_base_ = 0;
+    int n_ = 0, pos_ = 0, step_ = 0, recv_chunk_ = 0;
+    bool active_ = false;
+    ucx::Request send_, recv_;
+};
+
+} // namespace twohop
+
+#endif

@@ -1,0 +1,84 @@
+/*
+ * The element-wise reduction operators, as functors usable from host code and (later) from
+ * CUDA kernels: Op::apply(a, b) returns a op b. One fixed operand order: `a` always comes from
+ * the lower local rank / earlier ring position, which is what makes results bitwise identical
+ * on every rank (see docs/design.md, "Determinism").
+ *
+ * Semantics follow MPI-4.1 section 6.9.2 (predefined reduction operations): logical ops yield
+ * 0 or 1, MAXLOC/MINLOC keep the smaller index on ties.
+ */
+#ifndef TWOHOP_REDUCE_OPS_H
+#define TWOHOP_REDUCE_OPS_H
+
+#if defined(__CUDACC__)
+#define TWOHOP_HD __host__ __device__ __forceinline__
+#else
+#define TWOHOP_HD inline
+#endif
+
+namespace twohop {
+
+template <typename T> struct Complex {
+    T re, im;
+};
+
+template <typename V> struct ValueIndex {
+    V v;
+    int i;
+};
+
+struct OpSum {
+    template <typename T> static TWOHOP_HD T apply(T a, T b) { return a + b; }
+    template <typename T> static TWOHOP_HD Complex<T> apply(Complex<T> a, Complex<T> b) {
+        return {a.re + b.re, a.im + b.im};
+    }
+};
+struct OpProd {
+    template <typename T> static TWOHOP_HD T apply(T a, T b) { return a * b; }
+    // Textbook product, no C99 Annex G NaN recovery (the same formula on every rank and device).
+    template <typename T> static TWOHOP_HD Complex<T> apply(Complex<T> a, Complex<T> b) {
+        return {a.re * b.re - a.im * b.im, a.re * b.im + a.im * b.re};
+    }
+};
+struct OpMax {
+    template <typename T> static TWOHOP_HD T apply(T a, T b) { return b > a ? b : a; }
+};
+struct OpMin {
+    template <typename T> static TWOHOP_HD T apply(T a, T b) { return b < a ? b : a; }
+};
+struct OpLand {
+    template <typename T> static TWOHOP_HD T apply(T a, T b) { return static_cast<T>(a && b); }
+};
+struct OpLor {
+    template <typename T> static TWOHOP_HD T apply(T a, T b) { return static_cast<T>(a || b); }
+};
+struct OpLxor {
+    template <typename T> static TWOHOP_HD T apply(T a, T b) { return static_cast<T>(!a != !b); }
+};
+struct OpBand {
+    template <typename T> static TWOHOP_HD T apply(T a, T b) { return static_cast<T>(a & b); }
+};
+struct OpBor {
+    template <typename T> static TWOHOP_HD T apply(T a, T b) { return static_cast<T>(a | b); }
+};
+struct OpBxor {
+    template <typename T> static TWOHOP_HD T apply(T a, T b) { return static_cast<T>(a ^ b); }
+};
+struct OpMaxloc {
+    template <typename V> static TWOHOP_HD ValueIndex<V> apply(ValueIndex<V> a, ValueIndex<V> b) {
+        if (a.v > b.v) return a;
+        if (b.v > a.v) return b;
+        return {a.v, a.i < b.i ? a.i : b.i};
+    }
+};
+struct OpMinloc {
+    template <typename V> static TWOHOP_HD ValueIndex<V> apply(ValueIndex<V> a, ValueIndex<V> b) {
+        if (a.v < b.v) return a;
+        if (b.v < a.v) return b;
+        return {a.v, a.i < b.i ? a.i : b.i};
+    }
+};
+
+} // namespace twohop
+
+#endif

@@ -1,0 +1,57 @@
+/*
+ * Pure 64-bit arithmetic that cuts a message into segments, a segment into shards (one per
+ * shard owner on a node) and a shard into ring chunks (one per node on a rail). No MPI, UCX
+ * or CUDA here, so it is unit-tested directly (tests/test_segment_plan.cpp).
+ *
+ * All counts are in items (MPI datatype items), all offsets in items from the start of the
+ * enclosing range; callers multiply by the item size to get bytes.
+ */
+#ifndef TWOHOP_SEGMENT_PLAN_H
+#define TWOHOP_SEGMENT_PLAN_H
+
+#include <cstdint>
+
+namespace twohop {
+
+/* A half-open range [offset, offset + count) in items. */
+struct Range {
+    uint64_t offset;
+    uint64_t count;
+};
+
+/*
+ * Balanced split of `total` items into `parts` pieces: the first total % parts pieces get
+ * one item more. Piece `i` (0 <= i < parts) is returned. parts must be >= 1.
+ */
+inline Range split_even(uint64_t total, uint64_t parts, uint64_t i) {
+    const uint64_t base = total / parts;
+    const uint64_t rem = total % parts;
+    const uint64_t extra = i < rem ? i : rem;
+    return Range{i * base + extra, base + (i < rem ? 1 : 0)};
+}
+
+/*
+ * Items per pipeline segment for a segment budget of `segment_bytes` and items of
+ * `item_bytes` (> 0): whole items only, at least one item, so an item larger than the budget
+ * still makes progress (the shared-memory slots are sized for max(segment_bytes, item_bytes)).
+ */
+inline uint64_t segment_items(uint64_t segment_bytes, uint64_t item_bytes) {
+    const uint64_t n = segment_bytes / item_bytes;
+    return n > 0 ? n : 1;
+}
+
+/* Number of segments for `count` items of which each segment holds `seg_items`. */
+inline uint64_t segment_count(uint64_t count, uint64_t seg_items) {
+    return count == 0 ? 0 : (count - 1) / seg_items + 1;
+}
+
+/* Segment `k` of a message of `count` items cut into segments of `seg_items`. */
+inline Range segment_range(uint64_t count, uint64_t seg_items, uint64_t k) {
+    const uint64_t off = k * seg_items;
+    const uint64_t left = count - off;
+    return Range{off, left < seg_items ? left : seg_items};
+}
+
+} // namespace twohop
+
+#endif

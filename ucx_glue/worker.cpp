@@ -1,0 +1,193 @@
+#include "worker.h"
+
+#include <cstring>
+
+namespace twohop {
+namespace ucx {
+namespace {
+
+Worker *g_worker = nullptr;
+
+std::string describe(const char *call, ucs_status_t s) {
+    return std::string("ucx: ") + call + " failed: " + ucs_status_string(s);
+}
+
+/* Completion callbacks: the request handle is freed here, the user's slot is marked done. */
+void send_done(void *request, ucs_status_t status, void *user) {
+    auto *r = static_cast<Request *>(user);
+    r->status = status;
+    r->done = true;
+    ucp_request_free(request);
+}
+
+void recv_done(void *request, ucs_status_t status, const ucp_tag_recv_info_t *info, void *user) {
+    auto *r = static_cast<Request *>(user);
+    r->status = status;
+    r->received = (status == UCS_OK && info) ? info->length : 0;
+    r->done = true;
+    ucp_request_free(request);
+}
+
+} // namespace
+
+int Worker::instance(const ConfigPairs &config, Worker **out, std::string *err) {
+    if (g_worker) {
+        *out = g_worker;
+        return TWOHOP_OK;
+    }
+    auto *w = new Worker();
+    ucp_config_t *cfg = nullptr;
+    ucs_status_t s = ucp_config_read(nullptr, nullptr, &cfg);
+    if (s != UCS_OK) {
+        *err = describe("ucp_config_read", s);
+        delete w;
+        return TWOHOP_ERR_TRANSPORT;
+    }
+    for (const auto &kv : config) {
+        s = ucp_config_modify(cfg, kv.first.c_str(), kv.second.c_str());
+        if (s != UCS_OK) {
+            *err = describe(("ucp_config_modify " + kv.first + "=" + kv.second).c_str(), s);
+            ucp_config_release(cfg);
+            delete w;
+            return TWOHOP_ERR_TRANSPORT;
+        }
+    }
+    ucp_params_t params;
+    std::memset(&params, 0, sizeof(params));
+    params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+    params.features = UCP_FEATURE_TAG;
+    params.mt_workers_shared = 0;
+    s = ucp_init(&params, cfg, &w->context_);
+    ucp_config_release(cfg);
+    if (s != UCS_OK) {
+        *err = describe("ucp_init", s);
+        delete w;
+        return TWOHOP_ERR_TRANSPORT;
+    }
+    ucp_worker_params_t wp;
+    std::memset(&wp, 0, sizeof(wp));
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+    s = ucp_worker_create(w->context_, &wp, &w->worker_);
+    if (s != UCS_OK) {
+        *err = describe("ucp_worker_create", s);
+        delete w;
+        return TWOHOP_ERR_TRANSPORT;
+    }
+    ucp_address_t *addr = nullptr;
+    size_t len = 0;
+    s = ucp_worker_get_address(w->worker_, &addr, &len);
+    if (s != UCS_OK) {
+        *err = describe("ucp_worker_get_address", s);
+        delete w;
+        return TWOHOP_ERR_TRANSPORT;
+    }
+    const auto *bytes = reinterpret_cast<const uint8_t *>(addr);
+    w->address_.assign(bytes, bytes + len);
+    ucp_worker_release_address(w->worker_, addr);
+    g_worker = w;
+    *out = w;
+    return TWOHOP_OK;
+}
+
+void Worker::shutdown() {
+    delete g_worker;
+    g_worker = nullptr;
+}
+
+Worker::~Worker() {
+    // Force-close: at finalize no operation is outstanding, and a flush would wait on peers
+    // that may already be gone.
+    for (auto &kv : eps_) {
+        ucp_request_param_t p;
+        std::memset(&p, 0, sizeof(p));
+        p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+        p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+        ucs_status_ptr_t req = ucp_ep_close_nbx(kv.second, &p);
+        if (UCS_PTR_IS_PTR(req)) {
+            while (ucp_request_check_status(req) == UCS_INPROGRESS) ucp_worker_progress(worker_);
+            ucp_request_free(req);
+        }
+    }
+    eps_.clear();
+    if (worker_) ucp_worker_destroy(worker_);
+    if (context_) ucp_cleanup(context_);
+}
+
+void Worker::on_ep_error(void *arg, ucp_ep_h, ucs_status_t) {
+    static_cast<Worker *>(arg)->peer_failed_ = true;
+}
+
+int Worker::connect(uint64_t peer_key, const uint8_t *addr, std::size_t len, ucp_ep_h *ep,
+                    std::string *err) {
+    auto it = eps_.find(peer_key);
+    if (it != eps_.end()) {
+        *ep = it->second;
+        return TWOHOP_OK;
+    }
+    if (!addr || len == 0) {
+        *err = "ucx: no worker address for peer " + std::to_string(peer_key);
+        return TWOHOP_ERR_TRANSPORT;
+    }
+    ucp_ep_params_t p;
+    std::memset(&p, 0, sizeof(p));
+    p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                   UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    p.address = reinterpret_cast<const ucp_address_t *>(addr);
+    p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    p.err_handler.cb = &Worker::on_ep_error;
+    p.err_handler.arg = this;
+    ucs_status_t s = ucp_ep_create(worker_, &p, ep);
+    if (s != UCS_OK) {
+        *err = describe(("ucp_ep_create to peer " + std::to_string(peer_key)).c_str(), s);
+        return TWOHOP_ERR_TRANSPORT;
+    }
+    eps_.emplace(peer_key, *ep);
+    return TWOHOP_OK;
+}
+
+int Worker::send(ucp_ep_h ep, const void *buf, std::size_t bytes, uint64_t tag, Request *r) {
+    r->done = false;
+    r->status = UCS_OK;
+    ucp_request_param_t p;
+    std::memset(&p, 0, sizeof(p));
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    p.cb.send = send_done;
+    p.user_data = r;
+    ucs_status_ptr_t req = ucp_tag_send_nbx(ep, buf, bytes, tag, &p);
+    if (req == nullptr) {
+        r->done = true;
+    } else if (UCS_PTR_IS_ERR(req)) {
+        r->status = UCS_PTR_STATUS(req);
+        r->done = true;
+        return TWOHOP_ERR_TRANSPORT;
+    }
+    return TWOHOP_OK;
+}
+
+int Worker::recv(void *buf, std::size_t bytes, uint64_t tag, Request *r) {
+    r->done = false;
+    r->status = UCS_OK;
+    r->received = 0;
+    ucp_request_param_t p;
+    std::memset(&p, 0, sizeof(p));
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                     UCP_OP_ATTR_FIELD_RECV_INFO;
+    ucp_tag_recv_info_t info;
+    p.recv_info.tag_info = &info;
+    p.cb.recv = recv_done;
+    p.user_data = r;
+    ucs_status_ptr_t req = ucp_tag_recv_nbx(worker_, buf, bytes, tag, ~uint64_t(0), &p);
+    if (req == nullptr) { // completed in place
+        r->received = info.length;
+        r->done = true;
+    } else if (UCS_PTR_IS_ERR(req)) {
+        r->status = UCS_PTR_STATUS(req);
+        r->done = true;
+        return TWOHOP_ERR_TRANSPORT;
+    }
+    return TWOHOP_OK;
+}
+
+} // namespace ucx
+} // namespace twohop

@@ -1,0 +1,84 @@
+/*
+ * ucx_glue::Worker: the process's one UCP context and worker for twohop's inter-node hop,
+ * created lazily on first use from one place that builds the UCP configuration (the RC
+ * parameters of rc_tuning/ are applied there), plus a cache of endpoints keyed by peer
+ * process, kept across communicators and released at finalize.
+ *
+ * Messages use the UCP tag API. Every wait loop in twohop calls Worker::progress().
+ * Thread model: twohop calls it from the MPI thread only (UCS_THREAD_MODE_SINGLE).
+ */
+#ifndef TWOHOP_UCX_WORKER_H
+#define TWOHOP_UCX_WORKER_H
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <ucp/api/ucp.h>
+
+#include "twohop_status.h"
+
+namespace twohop {
+namespace ucx {
+
+/* Completion slot of one non-blocking send or receive. */
+struct Request {
+    volatile bool done = true;
+    ucs_status_t status = UCS_OK;
+    std::size_t received = 0; // bytes, for receives
+};
+
+/* UCP configuration entries (name without the UCX_ prefix, value), applied in order. */
+using ConfigPairs = std::vector<std::pair<std::string, std::string>>;
+
+class Worker {
+  public:
+    /*
+     * The process-wide worker, created on the first call with `config` applied to the UCP
+     * configuration (later calls ignore `config`). Returns TWOHOP_OK or TWOHOP_ERR_TRANSPORT
+     * with *err naming the failing UCX call and its message.
+     */
+    static int instance(const ConfigPairs &config, Worker **out, std::string *err);
+    /* Closes every endpoint, the worker and the context. Safe to call when never created. */
+    static void shutdown();
+
+    /* This worker's address blob, to be exchanged with peers. */
+    const std::vector<uint8_t> &address() const { return address_; }
+
+    /*
+     * Endpoint to the process `peer_key` whose worker address is addr[0..len); cached, so a
+     * second call for the same peer returns the same endpoint and ignores addr.
+     */
+    int connect(uint64_t peer_key, const uint8_t *addr, std::size_t len, ucp_ep_h *ep,
+                std::string *err);
+    /* True when an endpoint to peer_key exists already. */
+    bool connected(uint64_t peer_key) const { return eps_.count(peer_key) != 0; }
+
+    /* Posts a tagged send of `bytes` bytes; r->done turns true at completion. */
+    int send(ucp_ep_h ep, const void *buf, std::size_t bytes, uint64_t tag, Request *r);
+    /* Posts a tagged receive matching `tag` exactly, into buf of capacity `bytes`. */
+    int recv(void *buf, std::size_t bytes, uint64_t tag, Request *r);
+    /* Drives UCX; returns true when some event was processed. */
+    bool progress() { return ucp_worker_progress(worker_) != 0; }
+    /* True once any endpoint reported an error (a failed peer): waits must give up. */
+    bool peer_failed() const { return peer_failed_; }
+
+  private:
+    Worker() = default;
+    ~Worker();
+    static void on_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status);
+
+    ucp_context_h context_ = nullptr;
+    ucp_worker_h worker_ = nullptr;
+    std::vector<uint8_t> address_;
+    std::unordered_map<uint64_t, ucp_ep_h> eps_;
+    bool peer_failed_ = false;
+};
+
+} // namespace ucx
+} // namespace twohop
+
+#endif
