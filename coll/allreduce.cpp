@@ -22,7 +22,6 @@
  * the result is bitwise identical on all ranks and repeatable for the same topology.
  */
 #include <cstring>
-#include <deque>
 
 #include "comm_state.h"
 #include "reducer.h"
@@ -140,6 +139,8 @@ int latency_path(twohop_comm *c, const char *sbuf, char *rbuf, uint64_t count,
     return TWOHOP_OK;
 }
 
+constexpr uint64_t kMaxDepth = 8; // upper bound of coll_twohop_pipeline_depth
+
 struct InFlight {
     uint64_t s;
     Range seg;
@@ -193,22 +194,22 @@ int pipeline_path(twohop_comm *c, const char *sbuf, char *rbuf, uint64_t count,
                   const Reducer &red) {
     const uint64_t seg_items = twohop::segment_items(c->slot_bytes, red.item_bytes());
     const uint64_t nseg = twohop::segment_count(count, seg_items);
-    std::deque<InFlight> window;
+    // Segments in flight, oldest first: a fixed ring (depth <= kMaxDepth), no allocation.
+    InFlight window[kMaxDepth];
+    uint64_t first = 0, next = 0; // window holds segments [first, next)
     for (uint64_t k = 0; k < nseg; ++k) {
-        if (window.size() == static_cast<size_t>(c->depth)) {
-            int rc = pipeline_finish(c, rbuf, window.front(), red);
+        if (next - first == static_cast<uint64_t>(c->depth)) {
+            int rc = pipeline_finish(c, rbuf, window[first++ % kMaxDepth], red);
             if (rc != TWOHOP_OK) return rc;
-            window.pop_front();
         }
-        InFlight f{++c->seq, twohop::segment_range(count, seg_items, k)};
+        InFlight &f = window[next++ % kMaxDepth];
+        f = InFlight{++c->seq, twohop::segment_range(count, seg_items, k)};
         int rc = pipeline_start(c, sbuf, f, red);
         if (rc != TWOHOP_OK) return rc;
-        window.push_back(f);
     }
-    while (!window.empty()) {
-        int rc = pipeline_finish(c, rbuf, window.front(), red);
+    while (first < next) {
+        int rc = pipeline_finish(c, rbuf, window[first++ % kMaxDepth], red);
         if (rc != TWOHOP_OK) return rc;
-        window.pop_front();
     }
     return TWOHOP_OK;
 }

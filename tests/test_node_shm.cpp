@@ -1,0 +1,53 @@
+#include "node_shm.h"
+
+#include <gtest/gtest.h>
+#include <string>
+#include <sys/stat.h>
+#include <unistd.h>
+
+using namespace twohop;
+
+TEST(ShmLayout, FootprintIndependentOfMessageSize) {
+    ShmLayout l;
+    l.local_size = 16;
+    l.depth = 2;
+    l.slot_bytes = 262144;
+    EXPECT_EQ(l.control_bytes(), 4096u);
+    EXPECT_EQ(l.total_bytes(), 4096u + 2u * 17u * 262144u);
+    EXPECT_EQ(l.slot_offset(1, 0), 4096u + 17u * 262144u);
+    EXPECT_EQ(l.result_offset(0), 4096u + 16u * 262144u);
+    EXPECT_EQ(l.slot_offset(0, 1) % 4096, 0u);
+}
+
+TEST(NodeShm, CreatePrivateAttachUnlink) {
+    ShmLayout l;
+    l.local_size = 3;
+    l.depth = 2;
+    l.slot_bytes = 4096;
+    const std::string name = "/twohop-unittest-" + std::to_string(getpid());
+    std::string err;
+    NodeShm leader, other;
+    ASSERT_TRUE(leader.create(name, l, &err)) << err;
+    struct stat st;
+    ASSERT_EQ(stat(("/dev/shm" + name).c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0600u);
+    NodeShm dup;
+    EXPECT_FALSE(dup.create(name, l, &err)); // exclusive create
+    EXPECT_NE(err.find("O_EXCL"), std::string::npos);
+    ASSERT_TRUE(other.attach(name, l, &err)) << err;
+    leader.unlink();
+    EXPECT_NE(stat(("/dev/shm" + name).c_str(), &st), 0); // nothing left behind
+    leader.flags(2).arrived.store(41);
+    leader.slot(1, 2)[17] = 'x';
+    EXPECT_EQ(other.flags(2).arrived.load(), 41u);
+    EXPECT_EQ(other.slot(1, 2)[17], 'x');
+    EXPECT_EQ(other.flags(0).done.load(), 0u);
+}
+
+TEST(NodeShm, AttachToMissingSegmentFails) {
+    ShmLayout l{1, 1, 4096};
+    NodeShm s;
+    std::string err;
+    EXPECT_FALSE(s.attach("/twohop-does-not-exist", l, &err));
+    EXPECT_NE(err.find("shm_open"), std::string::npos);
+}
