@@ -11,9 +11,10 @@
  *   4     all                publish done = s
  *
  * Pipeline path (larger messages), segments of slot_bytes, up to D segments in flight:
- *   start(k):  wait set free; copy segment k into own slot; arrived = s;
- *              wait all arrived; for each owned shard: result = slot0 op slot1 op ... (hop 1,
- *              reduce-scatter); with >1 node post the shard's ring (hop 2, non-blocking)
+ *   start(k):  wait set free; copy the shards of segment k that other ranks own into
+ *              own slot; arrived = s;
+ *              wait all arrived; for each owned shard: result = in0 op in1 op ... (hop 1,
+ *              reduce-scatter; my own input read from sbuf); with >1 node post the shard's ring (hop 2, non-blocking)
  *   finish(k): complete own rings; reduced = s; wait all reduced; copy the whole result of
  *              segment k out (hop 3, allgather); done = s
  *   order:     start(0) .. start(D-1), finish(0), start(D), finish(1), ... so hop 1 of segment
@@ -69,20 +70,24 @@ constexpr FlagPtr kArrived = &RankFlags::arrived;
 constexpr FlagPtr kReduced = &RankFlags::reduced;
 constexpr FlagPtr kDone = &RankFlags::done;
 
-/* out = slot[0] op slot[1] op ... op slot[L-1] over items [off, off + n) of set `set`. */
+/*
+ * out = in_0 op in_1 op ... op in_{L-1} over `items` items at byte offset off_bytes of the
+ * segment, where in_l is local rank l's slot of set `set`, except that my own contribution is
+ * read from `own` when given (the pipeline does not copy a rank's own shards into its slot).
+ */
 int reduce_slots(twohop_comm *c, int set, uint64_t off_bytes, uint64_t items, char *out,
-                 const Reducer &red) {
+                 const Reducer &red, const char *own = nullptr) {
     const int l = c->topo.local_size();
-    const uint64_t bytes = items * red.item_bytes();
+    const int me = c->topo.local_rank;
+    auto in = [&](int i) -> const char * {
+        return (own && i == me) ? own : c->shm.slot(set, i) + off_bytes;
+    };
     if (l == 1) {
-        if (out != c->shm.slot(set, 0) + off_bytes) std::memcpy(out, c->shm.slot(set, 0) + off_bytes, bytes);
+        if (out != in(0)) std::memcpy(out, in(0), items * red.item_bytes());
         return TWOHOP_OK;
     }
-    int rc = red.combine(c->shm.slot(set, 0) + off_bytes, c->shm.slot(set, 1) + off_bytes, out,
-                         items);
-    for (int i = 2; rc == TWOHOP_OK && i < l; ++i) {
-        rc = red.combine(out, c->shm.slot(set, i) + off_bytes, out, items);
-    }
+    int rc = red.combine(in(0), in(1), out, items);
+    for (int i = 2; rc == TWOHOP_OK && i < l; ++i) rc = red.combine(out, in(i), out, items);
     return rc;
 }
 
@@ -152,17 +157,24 @@ int pipeline_start(twohop_comm *c, const char *sbuf, const InFlight &f, const Re
     const int me = c->topo.local_rank;
     int rc = f.s > uint64_t(c->depth) ? c->wait_all(kDone, f.s - c->depth) : TWOHOP_OK;
     if (rc != TWOHOP_OK) return rc;
-    std::memcpy(c->shm.slot(set, me), sbuf + f.seg.offset * ib, f.seg.count * ib);
+    // Copy in only the shards other ranks reduce; my own shards are read from sbuf directly.
+    const uint64_t shards = static_cast<uint64_t>(c->topo.n_shards());
+    const char *seg_in = sbuf + f.seg.offset * ib;
+    for (uint64_t sh = 0; sh < shards; ++sh) {
+        if (c->topo.shard_owner(c->topo.my_node, static_cast<int>(sh)) == me) continue;
+        const Range r = twohop::split_even(f.seg.count, shards, sh);
+        std::memcpy(c->shm.slot(set, me) + r.offset * ib, seg_in + r.offset * ib, r.count * ib);
+    }
     c->shm.flags(me).arrived.store(f.s, std::memory_order_release);
     if ((rc = c->wait_all(kArrived, f.s)) != TWOHOP_OK) return rc;
 
-    const uint64_t shards = static_cast<uint64_t>(c->topo.n_shards());
     int posted = 0;
     for (size_t i = 0; i < c->my_shards.size(); ++i) {
         const int sh = c->my_shards[i];
         const Range r = twohop::split_even(f.seg.count, shards, static_cast<uint64_t>(sh));
         char *out = c->shm.result(set) + r.offset * ib;
-        if ((rc = reduce_slots(c, set, r.offset * ib, r.count, out, red)) != TWOHOP_OK) return rc;
+        rc = reduce_slots(c, set, r.offset * ib, r.count, out, red, seg_in + r.offset * ib);
+        if (rc != TWOHOP_OK) return rc;
         if (c->rails.empty() || r.count == 0) continue;
         const twohop_rail &rail = c->rails[i];
         rc = c->rings[set * c->rails.size() + i].start(c->worker, rail.right, rail.n, rail.pos,
