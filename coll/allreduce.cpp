@@ -27,6 +27,7 @@
 #include "comm_state.h"
 #include "reducer.h"
 #include "segment_plan.h"
+#include "stream_copy.h"
 
 using twohop::RankFlags;
 using twohop::Range;
@@ -69,6 +70,7 @@ using FlagPtr = std::atomic<uint64_t> RankFlags::*;
 constexpr FlagPtr kArrived = &RankFlags::arrived;
 constexpr FlagPtr kReduced = &RankFlags::reduced;
 constexpr FlagPtr kDone = &RankFlags::done;
+constexpr uint64_t kReduceBlockBytes = 4096; // partial-result block kept in L1 while reducing
 
 /*
  * out = in_0 op in_1 op ... op in_{L-1} over `items` items at byte offset off_bytes of the
@@ -86,9 +88,20 @@ int reduce_slots(twohop_comm *c, int set, uint64_t off_bytes, uint64_t items, ch
         if (out != in(0)) std::memcpy(out, in(0), items * red.item_bytes());
         return TWOHOP_OK;
     }
-    int rc = red.combine(in(0), in(1), out, items);
-    for (int i = 2; rc == TWOHOP_OK && i < l; ++i) rc = red.combine(out, in(i), out, items);
-    return rc;
+    // Blocked so the partial result stays in L1 while the L input streams are read: every
+    // element still sees ((in_0 op in_1) op in_2) op ... in that order.
+    const uint64_t ib = red.item_bytes();
+    const uint64_t blk = kReduceBlockBytes / ib > 0 ? kReduceBlockBytes / ib : 1;
+    for (uint64_t b = 0; b < items; b += blk) {
+        const uint64_t n = items - b < blk ? items - b : blk;
+        const uint64_t off = b * ib;
+        int rc = red.combine(in(0) + off, in(1) + off, out + off, n);
+        for (int i = 2; rc == TWOHOP_OK && i < l; ++i) {
+            rc = red.combine(out + off, in(i) + off, out + off, n);
+        }
+        if (rc != TWOHOP_OK) return rc;
+    }
+    return TWOHOP_OK;
 }
 
 /* Runs the rings of segment `s` (set `set`) to completion, polling everything meanwhile. */
@@ -189,7 +202,8 @@ int pipeline_start(twohop_comm *c, const char *sbuf, const InFlight &f, const Re
     return TWOHOP_OK;
 }
 
-int pipeline_finish(twohop_comm *c, char *rbuf, const InFlight &f, const Reducer &red) {
+int pipeline_finish(twohop_comm *c, char *rbuf, const InFlight &f, const Reducer &red,
+                    bool streaming) {
     const int set = static_cast<int>(f.s % c->depth);
     const uint64_t ib = red.item_bytes();
     RankFlags &mine = c->shm.flags(c->topo.local_rank);
@@ -197,7 +211,11 @@ int pipeline_finish(twohop_comm *c, char *rbuf, const InFlight &f, const Reducer
     if (rc != TWOHOP_OK) return rc;
     mine.reduced.store(f.s, std::memory_order_release);
     if ((rc = c->wait_all(kReduced, f.s)) != TWOHOP_OK) return rc;
-    std::memcpy(rbuf + f.seg.offset * ib, c->shm.result(set), f.seg.count * ib);
+    if (streaming) {
+        twohop::copy_streaming(rbuf + f.seg.offset * ib, c->shm.result(set), f.seg.count * ib);
+    } else {
+        std::memcpy(rbuf + f.seg.offset * ib, c->shm.result(set), f.seg.count * ib);
+    }
     mine.done.store(f.s, std::memory_order_release);
     return TWOHOP_OK;
 }
@@ -206,12 +224,13 @@ int pipeline_path(twohop_comm *c, const char *sbuf, char *rbuf, uint64_t count,
                   const Reducer &red) {
     const uint64_t seg_items = twohop::segment_items(c->slot_bytes, red.item_bytes());
     const uint64_t nseg = twohop::segment_count(count, seg_items);
+    const bool streaming = c->stream_bytes != 0 && count * red.item_bytes() >= c->stream_bytes;
     // Segments in flight, oldest first: a fixed ring (depth <= kMaxDepth), no allocation.
     InFlight window[kMaxDepth];
     uint64_t first = 0, next = 0; // window holds segments [first, next)
     for (uint64_t k = 0; k < nseg; ++k) {
         if (next - first == static_cast<uint64_t>(c->depth)) {
-            int rc = pipeline_finish(c, rbuf, window[first++ % kMaxDepth], red);
+            int rc = pipeline_finish(c, rbuf, window[first++ % kMaxDepth], red, streaming);
             if (rc != TWOHOP_OK) return rc;
         }
         InFlight &f = window[next++ % kMaxDepth];
@@ -220,7 +239,7 @@ int pipeline_path(twohop_comm *c, const char *sbuf, char *rbuf, uint64_t count,
         if (rc != TWOHOP_OK) return rc;
     }
     while (first < next) {
-        int rc = pipeline_finish(c, rbuf, window[first++ % kMaxDepth], red);
+        int rc = pipeline_finish(c, rbuf, window[first++ % kMaxDepth], red, streaming);
         if (rc != TWOHOP_OK) return rc;
     }
     return TWOHOP_OK;
