@@ -15,8 +15,9 @@
  *              own slot; arrived = s;
  *              wait all arrived; for each owned shard: result = in0 op in1 op ... (hop 1,
  *              reduce-scatter; my own input read from sbuf); with >1 node post the shard's ring (hop 2, non-blocking)
- *   finish(k): complete own rings; reduced = s; wait all reduced; copy the whole result of
- *              segment k out (hop 3, allgather); done = s
+ *   finish(k): complete own rings; reduced = s; copy each shard of segment k out as soon as
+ *              its owner published reduced = s, starting with my own shard (hop 3,
+ *              allgather); done = s
  *   order:     start(0) .. start(D-1), finish(0), start(D), finish(1), ... so hop 1 of segment
  *              k runs while hop 2 of segment k-1 is on the wire.
  * Every element is reduced once, by its shard owner, in local-rank order, then in ring order:
@@ -68,20 +69,22 @@ namespace {
 
 using FlagPtr = std::atomic<uint64_t> RankFlags::*;
 constexpr FlagPtr kArrived = &RankFlags::arrived;
-constexpr FlagPtr kReduced = &RankFlags::reduced;
 constexpr FlagPtr kDone = &RankFlags::done;
 constexpr uint64_t kReduceBlockBytes = 4096; // partial-result block kept in L1 while reducing
 
 /*
- * out = in_0 op in_1 op ... op in_{L-1} over `items` items at byte offset off_bytes of the
- * segment, where in_l is local rank l's slot of set `set`, except that my own contribution is
- * read from `own` when given (the pipeline does not copy a rank's own shards into its slot).
+ * out = in_f op in_{f+1} op ... op in_{f+L-1} (indices mod L, f = `first`) over `items` items
+ * at byte offset off_bytes of the segment, where in_l is local rank l's slot of set `set`,
+ * except that my own contribution is read from `own` when given (the pipeline does not copy a
+ * rank's own shards into its slot). The latency path uses first = 0 on every rank; the
+ * pipeline starts each shard at its owner, so owners do not all read slot 0 at once.
  */
 int reduce_slots(twohop_comm *c, int set, uint64_t off_bytes, uint64_t items, char *out,
-                 const Reducer &red, const char *own = nullptr) {
+                 const Reducer &red, const char *own = nullptr, int first = 0) {
     const int l = c->topo.local_size();
     const int me = c->topo.local_rank;
-    auto in = [&](int i) -> const char * {
+    auto in = [&](int k) -> const char * {
+        const int i = (first + k) % l;
         return (own && i == me) ? own : c->shm.slot(set, i) + off_bytes;
     };
     if (l == 1) {
@@ -89,15 +92,15 @@ int reduce_slots(twohop_comm *c, int set, uint64_t off_bytes, uint64_t items, ch
         return TWOHOP_OK;
     }
     // Blocked so the partial result stays in L1 while the L input streams are read: every
-    // element still sees ((in_0 op in_1) op in_2) op ... in that order.
+    // element of the block sees ((in_f op in_f+1) op in_f+2) op ... in that order.
     const uint64_t ib = red.item_bytes();
     const uint64_t blk = kReduceBlockBytes / ib > 0 ? kReduceBlockBytes / ib : 1;
     for (uint64_t b = 0; b < items; b += blk) {
         const uint64_t n = items - b < blk ? items - b : blk;
         const uint64_t off = b * ib;
         int rc = red.combine(in(0) + off, in(1) + off, out + off, n);
-        for (int i = 2; rc == TWOHOP_OK && i < l; ++i) {
-            rc = red.combine(out + off, in(i) + off, out + off, n);
+        for (int k = 2; rc == TWOHOP_OK && k < l; ++k) {
+            rc = red.combine(out + off, in(k) + off, out + off, n);
         }
         if (rc != TWOHOP_OK) return rc;
     }
@@ -186,7 +189,8 @@ int pipeline_start(twohop_comm *c, const char *sbuf, const InFlight &f, const Re
         const int sh = c->my_shards[i];
         const Range r = twohop::split_even(f.seg.count, shards, static_cast<uint64_t>(sh));
         char *out = c->shm.result(set) + r.offset * ib;
-        rc = reduce_slots(c, set, r.offset * ib, r.count, out, red, seg_in + r.offset * ib);
+        rc = reduce_slots(c, set, r.offset * ib, r.count, out, red, seg_in + r.offset * ib,
+                          c->topo.shard_owner(c->topo.my_node, sh));
         if (rc != TWOHOP_OK) return rc;
         if (c->rails.empty() || r.count == 0) continue;
         const twohop_rail &rail = c->rails[i];
@@ -206,15 +210,31 @@ int pipeline_finish(twohop_comm *c, char *rbuf, const InFlight &f, const Reducer
                     bool streaming) {
     const int set = static_cast<int>(f.s % c->depth);
     const uint64_t ib = red.item_bytes();
+    const int node = c->topo.my_node;
     RankFlags &mine = c->shm.flags(c->topo.local_rank);
     int rc = finish_rings(c, set);
     if (rc != TWOHOP_OK) return rc;
     mine.reduced.store(f.s, std::memory_order_release);
-    if ((rc = c->wait_all(kReduced, f.s)) != TWOHOP_OK) return rc;
-    if (streaming) {
-        twohop::copy_streaming(rbuf + f.seg.offset * ib, c->shm.result(set), f.seg.count * ib);
-    } else {
-        std::memcpy(rbuf + f.seg.offset * ib, c->shm.result(set), f.seg.count * ib);
+    // Hop 3: copy every shard as soon as its owner published it, starting with my own shard
+    // so that the local ranks read from different owners at any moment.
+    const int shards = c->topo.n_shards();
+    const int first = c->my_shards.front();
+    for (int k = 0; k < shards; ++k) {
+        const int sh = (first + k) % shards;
+        std::atomic<uint64_t> &ready = c->shm.flags(c->topo.shard_owner(node, sh)).reduced;
+        unsigned spins = 0;
+        while (ready.load(std::memory_order_acquire) < f.s) {
+            if (++spins % 16 == 0 && (rc = c->poll()) != TWOHOP_OK) return rc;
+        }
+        const Range r = twohop::split_even(f.seg.count, static_cast<uint64_t>(shards),
+                                           static_cast<uint64_t>(sh));
+        char *dst = rbuf + (f.seg.offset + r.offset) * ib;
+        const char *src = c->shm.result(set) + r.offset * ib;
+        if (streaming) {
+            twohop::copy_streaming(dst, src, r.count * ib);
+        } else {
+            std::memcpy(dst, src, r.count * ib);
+        }
     }
     mine.done.store(f.s, std::memory_order_release);
     return TWOHOP_OK;
