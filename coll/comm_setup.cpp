@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "comm_state.h"
+#include "rc_api.h"
 #include "segment_plan.h"
 #include "virtual_nodes.h"
 
@@ -43,6 +44,51 @@ int agree(const twohop_host &h, int failed) {
     int flag = failed ? 1 : 0;
     if (h.agree_or(h.ctx, &flag) != 0) return 1;
     return flag;
+}
+
+/* The RC knobs of the parameter table, as rc_tuning's settings (same names, same types). */
+twohop_rc_settings rc_settings(const twohop_params &p) {
+    twohop_rc_settings s = TWOHOP_RC_SETTINGS_INIT;
+    s.rc_path_mtu = p.rc_path_mtu;
+    s.rc_timeout = p.rc_timeout;
+    s.rc_timeout_us = p.rc_timeout_us;
+    s.rc_retry_count = p.rc_retry_count;
+    s.rc_rnr_timer = p.rc_rnr_timer;
+    s.rc_rnr_retry = p.rc_rnr_retry;
+    s.rc_tx_queue_len = p.rc_tx_queue_len;
+    s.rc_rx_queue_len = p.rc_rx_queue_len;
+    s.rc_tx_cq_moderation = p.rc_tx_cq_moderation;
+    s.rc_num_paths = p.rc_num_paths;
+    s.rc_sl = p.rc_sl;
+    s.rc_traffic_class = p.rc_traffic_class;
+    s.rc_adaptive_routing = p.rc_adaptive_routing;
+    s.rc_stagger = p.rc_stagger;
+    s.rc_report = p.rc_report;
+    return s;
+}
+
+void collect_pair(const char *name, const char *value, void *arg) {
+    static_cast<twohop::ucx::ConfigPairs *>(arg)->emplace_back(name, value);
+}
+
+/*
+ * The UCP configuration of this process's worker: the validated RC parameters, with the
+ * timeout staggered by local rank (rail) when coll_twohop_rc_stagger is set. A user's own
+ * UCX_* environment variable wins; the conflict is logged once.
+ */
+int ucx_config(const twohop_comm *c, const twohop_params &p, twohop::ucx::ConfigPairs *out,
+               std::string *err) {
+    const twohop_rc_settings s = rc_settings(p);
+    char msg[512] = "";
+    int rc = twohop_rc_ucx_pairs(&s, c->topo.local_rank, c->topo.local_size(), collect_pair,
+                                 out, msg, sizeof(msg));
+    if (rc == TWOHOP_RC_NOTICE) {
+        c->host.log(0, msg);
+    } else if (rc != TWOHOP_RC_OK) {
+        *err = msg;
+        return TWOHOP_ERR_BAD_PARAM;
+    }
+    return TWOHOP_OK;
 }
 
 std::string validate(const twohop_params &p) {
@@ -184,7 +230,9 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, c
 
     // 6. Rails.
     if (c->topo.n_nodes() > 1) {
-        int rc = twohop::ucx::Worker::instance({}, &c->worker, &err);
+        twohop::ucx::ConfigPairs config;
+        int rc = ucx_config(c, prm, &config, &err);
+        if (rc == TWOHOP_OK) rc = twohop::ucx::Worker::instance(config, &c->worker, &err);
         if (agree(c->host, rc != TWOHOP_OK)) {
             set_why(why, whylen, err.empty() ? "UCX start-up failed on another rank" : err);
             delete c;

@@ -22,27 +22,24 @@ void kernel(const void *a_, const void *b_, void *out_, std::size_t n) {
     }
 }
 
-enum Category : unsigned { kInteger = 1, kFloat = 2, kLogical = 4, kComplex = 8, kByte = 16,
-                           kPair = 32 };
-
-template <typename T> KernelFn for_category(unsigned cat, twohop_op op) {
+/* SUM, PROD, MAX, MIN: C integer and floating-point types. */
+template <typename T> KernelFn arithmetic(twohop_op op) {
     switch (op) {
-    case TWOHOP_OP_SUM:
-        return (cat & (kInteger | kFloat)) ? kernel<T, OpSum> : nullptr;
-    case TWOHOP_OP_PROD:
-        return (cat & (kInteger | kFloat)) ? kernel<T, OpProd> : nullptr;
-    case TWOHOP_OP_MAX:
-        return (cat & (kInteger | kFloat)) ? kernel<T, OpMax> : nullptr;
-    case TWOHOP_OP_MIN:
-        return (cat & (kInteger | kFloat)) ? kernel<T, OpMin> : nullptr;
-    case TWOHOP_OP_LAND:
-        return (cat & (kInteger | kLogical)) ? kernel<T, OpLand> : nullptr;
-    case TWOHOP_OP_LOR:
-        return (cat & (kInteger | kLogical)) ? kernel<T, OpLor> : nullptr;
-    case TWOHOP_OP_LXOR:
-        return (cat & (kInteger | kLogical)) ? kernel<T, OpLxor> : nullptr;
-    default:
-        return nullptr;
+    case TWOHOP_OP_SUM: return kernel<T, OpSum>;
+    case TWOHOP_OP_PROD: return kernel<T, OpProd>;
+    case TWOHOP_OP_MAX: return kernel<T, OpMax>;
+    case TWOHOP_OP_MIN: return kernel<T, OpMin>;
+    default: return nullptr;
+    }
+}
+
+/* LAND, LOR, LXOR: C integer and logical types. */
+template <typename T> KernelFn logical(twohop_op op) {
+    switch (op) {
+    case TWOHOP_OP_LAND: return kernel<T, OpLand>;
+    case TWOHOP_OP_LOR: return kernel<T, OpLor>;
+    case TWOHOP_OP_LXOR: return kernel<T, OpLxor>;
+    default: return nullptr;
     }
 }
 
@@ -57,7 +54,8 @@ template <typename T> KernelFn bitwise(twohop_op op) {
 
 template <typename T> KernelFn integer(twohop_op op) {
     KernelFn k = bitwise<T>(op);
-    return k ? k : for_category<T>(kInteger, op);
+    if (!k) k = logical<T>(op);
+    return k ? k : arithmetic<T>(op);
 }
 
 template <typename T> KernelFn complex(twohop_op op) {
@@ -88,10 +86,10 @@ KernelFn find_kernel(twohop_dtype t, twohop_op op) {
     case TWOHOP_U32: return integer<uint32_t>(op);
     case TWOHOP_I64: return integer<int64_t>(op);
     case TWOHOP_U64: return integer<uint64_t>(op);
-    case TWOHOP_F32: return for_category<float>(kFloat, op);
-    case TWOHOP_F64: return for_category<double>(kFloat, op);
-    case TWOHOP_LDBL: return for_category<long double>(kFloat, op);
-    case TWOHOP_BOOL: return for_category<bool>(kLogical, op);
+    case TWOHOP_F32: return arithmetic<float>(op);
+    case TWOHOP_F64: return arithmetic<double>(op);
+    case TWOHOP_LDBL: return arithmetic<long double>(op);
+    case TWOHOP_BOOL: return logical<bool>(op);
     case TWOHOP_BYTE: return bitwise<uint8_t>(op);
     case TWOHOP_C32: return complex<float>(op);
     case TWOHOP_C64: return complex<double>(op);

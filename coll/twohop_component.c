@@ -27,6 +27,7 @@
 #include "opal/util/output.h"
 #include "opal/util/proc.h"
 
+#include "rc_api.h"
 #include "twohop_core.h"
 
 #if OMPI_MAJOR_VERSION >= 5
@@ -43,6 +44,7 @@ static struct twohop_params params;
 static int output_stream = -1;
 static unsigned long long served_calls;   /* pvar coll_twohop_allreduce_calls */
 static unsigned long long fallback_calls; /* pvar coll_twohop_fallback_calls */
+static struct twohop_rc_report *rc_report;  /* port counters at MPI_Init (rc_report=1) */
 
 typedef struct twohop_module {
     mca_coll_base_module_t super;
@@ -337,6 +339,10 @@ static mca_coll_base_module_t *twohop_comm_query(ompi_communicator_t *comm, int 
 static int twohop_init_query(bool enable_progress_threads, bool enable_mpi_threads) {
     (void)enable_progress_threads;
     (void)enable_mpi_threads;
+    /* The first rank of each node snapshots the InfiniBand port counters for the job report. */
+    if (params.rc_report && rc_report == NULL && opal_process_info.my_local_rank == 0) {
+        rc_report = twohop_rc_report_begin(NULL, NULL);
+    }
     return OMPI_SUCCESS;
 }
 
@@ -415,10 +421,29 @@ static int twohop_open(void) {
                             minor, release);
         return OMPI_ERR_NOT_AVAILABLE;
     }
+    /* Invalid RC values are reported loudly here; the decision to fall back is taken
+     * collectively at communicator set-up (a per-rank decline could deadlock). */
+    struct twohop_rc_settings rc = TWOHOP_RC_SETTINGS_INIT;
+#define TWOHOP_RC_COPY(f) rc.f = params.f;
+    TWOHOP_RC_COPY(rc_path_mtu) TWOHOP_RC_COPY(rc_timeout) TWOHOP_RC_COPY(rc_timeout_us)
+    TWOHOP_RC_COPY(rc_retry_count) TWOHOP_RC_COPY(rc_rnr_timer) TWOHOP_RC_COPY(rc_rnr_retry)
+    TWOHOP_RC_COPY(rc_tx_queue_len) TWOHOP_RC_COPY(rc_rx_queue_len)
+    TWOHOP_RC_COPY(rc_tx_cq_moderation) TWOHOP_RC_COPY(rc_num_paths) TWOHOP_RC_COPY(rc_sl)
+    TWOHOP_RC_COPY(rc_traffic_class) TWOHOP_RC_COPY(rc_adaptive_routing)
+    TWOHOP_RC_COPY(rc_stagger)
+#undef TWOHOP_RC_COPY
+    char err[512];
+    if (twohop_rc_validate(&rc, err, sizeof(err)) != TWOHOP_RC_OK) {
+        opal_output(0, "coll:twohop: %s; multi-node communicators will fall back", err);
+    }
     return OMPI_SUCCESS;
 }
 
 static int twohop_close(void) {
+    if (rc_report) {
+        (void)twohop_rc_report_end(rc_report, stdout);
+        rc_report = NULL;
+    }
     twohop_core_finalize();
     if (output_stream >= 0) opal_output_close(output_stream);
     output_stream = -1;

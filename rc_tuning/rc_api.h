@@ -1,0 +1,84 @@
+/*
+ * rc_tuning public C interface, used by the coll layer (coll/ calls it; rc_tuning/ never includes
+ * coll/). Compiles as C99 and C++17. Nothing here throws; every function reports errors through its
+ * return value and an (err, errlen) buffer holding one lowercase line that names the object and the
+ * value.
+ *
+ * The fields of struct twohop_rc_settings are the MCA parameters coll_twohop_<field> declared in
+ * the rc_tuning block of coll/params.def, one row per field, same name, same type, same default
+ * (TWOHOP_RC_SETTINGS_INIT below). Meaning, units and sources: docs/rc_tuning.md.
+ */
+#ifndef TWOHOP_RC_API_H
+#define TWOHOP_RC_API_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Raw user values. "Unset" leaves UCX's own default in place (nothing is emitted for it). */
+struct twohop_rc_settings {
+    int rc_path_mtu;         /* bytes: 0 = port default (unset), else 512, 1024, 2048 or 4096 */
+    int rc_timeout;          /* local ACK timeout exponent t: -1 = unset, 0 = infinite, 1..31 */
+    size_t rc_timeout_us;    /* the same timeout as a time in microseconds, 0 = unset; rounded
+                                up to the next 4.096 us * 2^t; setting both is an error */
+    int rc_retry_count;      /* transport retries: -1 = unset, 0..7 (7 = seven, not infinite) */
+    int rc_rnr_timer;        /* IB RNR NAK timer code: -1 = unset, 0..31 (0 = 655.36 ms) */
+    int rc_rnr_retry;        /* RNR retries: -1 = unset, 0..7 (7 = infinite) */
+    int rc_tx_queue_len;     /* send queue depth in work requests: 0 = unset, 16..32768 */
+    int rc_rx_queue_len;     /* receive (shared) queue depth in WQEs: 0 = unset, 64..32767 */
+    int rc_tx_cq_moderation; /* send WQEs posted per signaled completion: 0 = unset, 1..1024 */
+    int rc_num_paths;        /* RC QPs (paths) per peer: 0 = unset, 1..16 */
+    int rc_sl;               /* InfiniBand service level: -1 = unset, 0..15 */
+    int rc_traffic_class;    /* GRH traffic class / RoCE DSCP byte: -1 = unset, 0..255 */
+    int rc_adaptive_routing; /* -1 = UCX auto (unset), 0 = off, 1 = on, 2 = try */
+    int rc_stagger;          /* per-rail timeout stagger in exponent steps: 0 = off, 1..4 */
+    bool rc_report;          /* print port-counter forensics at MPI_Finalize */
+};
+
+/* Defaults, identical to the rc_tuning rows of coll/params.def. */
+#define TWOHOP_RC_SETTINGS_INIT                                                                    \
+    { 0, -1, 0, -1, -1, -1, 0, 0, 0, 0, -1, -1, -1, 0, false }
+
+/* Return codes. */
+#define TWOHOP_RC_OK 0
+#define TWOHOP_RC_NOTICE 1    /* success; err holds a one-time notice (environment overrides) */
+#define TWOHOP_RC_EINVAL (-1) /* a parameter is out of range; err names parameter, value, range */
+#define TWOHOP_RC_ENODEV (-2) /* no RDMA device / nothing to report */
+#define TWOHOP_RC_EIO (-3)    /* a file could not be read or written */
+
+/* Checks every field. Returns TWOHOP_RC_OK, or TWOHOP_RC_EINVAL with the first problem in err, e.g.
+ * "coll_twohop_rc_retry_count: value 9 is out of range 0..7 (...)". No value is clamped. */
+int twohop_rc_validate(const struct twohop_rc_settings *s, char *err, size_t errlen);
+
+/* Receives one UCX configuration pair: name without the "UCX_" prefix, value as UCX parses it. */
+typedef void (*twohop_rc_kv_fn)(const char *name, const char *value, void *arg);
+
+/* Validates s, then calls emit(name, value, arg) once per parameter that is set, for the UCP
+ * context of local rail rail_index (0 <= rail_index < n_rails), with the timeout staggered by
+ * rc_stagger. Pass each pair to ucp_config_modify() before ucp_init().
+ * Precedence: a UCX_* environment variable set by the user wins. Such a pair is not emitted; the
+ * first call in the process that meets a conflict returns TWOHOP_RC_NOTICE with the conflicts
+ * listed in err (later calls return TWOHOP_RC_OK), so the caller logs it exactly once. Returns
+ * TWOHOP_RC_EINVAL (nothing emitted) on invalid settings or rail indices. */
+int twohop_rc_ucx_pairs(const struct twohop_rc_settings *s, int rail_index, int n_rails,
+                        twohop_rc_kv_fn emit, void *arg, char *err, size_t errlen);
+
+/* Per-job port-counter forensics (rc_report=1). The first rank on each node calls begin at
+ * component init and end at MPI_Finalize; end prints the classified counter deltas and frees r.
+ * sysfs_root: the directory holding class/infiniband; NULL means "/sys".
+ * devices: UCX_NET_DEVICES-style list "mlx5_0:1,mlx5_2" of the HCAs used; NULL or "" = all ports.
+ * begin never fails: a node without an RDMA device gets a handle whose end prints one short line.
+ * end returns TWOHOP_RC_OK, TWOHOP_RC_ENODEV (the one line was printed) or TWOHOP_RC_EIO. */
+struct twohop_rc_report;
+struct twohop_rc_report *twohop_rc_report_begin(const char *sysfs_root, const char *devices);
+int twohop_rc_report_end(struct twohop_rc_report *r, FILE *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TWOHOP_RC_API_H */
