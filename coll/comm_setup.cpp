@@ -232,7 +232,8 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, c
     if (c->topo.n_nodes() > 1) {
         twohop::ucx::ConfigPairs config;
         int rc = ucx_config(c, prm, &config, &err);
-        if (rc == TWOHOP_OK) rc = twohop::ucx::Worker::instance(config, &c->worker, &err);
+        if (rc == TWOHOP_OK) rc = twohop::ucx::Worker::instance(config, a->thread_multiple != 0,
+                                                               &c->worker, &err);
         if (agree(c->host, rc != TWOHOP_OK)) {
             set_why(why, whylen, err.empty() ? "UCX start-up failed on another rank" : err);
             delete c;

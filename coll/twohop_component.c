@@ -22,6 +22,7 @@
 #include "ompi/mca/coll/coll.h"
 #include "ompi/op/op.h"
 #include "ompi/proc/proc.h"
+#include "ompi/runtime/mpiruntime.h"
 #include "opal/mca/base/mca_base_pvar.h"
 #include "opal/runtime/opal_progress.h"
 #include "opal/util/output.h"
@@ -237,6 +238,7 @@ static int setup(twohop_module *m) {
     a.rank = ompi_comm_rank(m->comm);
     a.size = ompi_comm_size(m->comm);
     a.comm_id = ompi_comm_get_cid(m->comm);
+    a.thread_multiple = ompi_mpi_thread_multiple ? 1 : 0;
     a.host_key = fnv1a(opal_process_info.nodename);
     a.virtual_nodes = params.virtual_nodes;
     a.world_rank = ompi_comm_rank(&ompi_mpi_comm_world.comm);
@@ -271,7 +273,7 @@ static int fallback(twohop_module *m, const char *why, const void *sbuf, void *r
                             m->comm->c_name, ompi_comm_get_cid(m->comm), why);
         m->last_reason = why;
     }
-    ++fallback_calls;
+    __atomic_add_fetch(&fallback_calls, 1, __ATOMIC_RELAXED);
     return m->prev_allreduce(sbuf, rbuf, count, dtype, op, m->comm, m->prev_allreduce_module);
 }
 
@@ -295,7 +297,7 @@ static int twohop_allreduce(const void *sbuf, void *rbuf, int count, ompi_dataty
     if (count == 0) return MPI_SUCCESS;
     const void *in = sbuf == MPI_IN_PLACE ? rbuf : sbuf;
     int rc = twohop_comm_allreduce(m->core, in, rbuf, (uint64_t)count, &red);
-    ++served_calls;
+    __atomic_add_fetch(&served_calls, 1, __ATOMIC_RELAXED);
     if (rc != TWOHOP_OK) {
         opal_output(0, "coll:twohop: comm %s: allreduce failed (twohop status %d)",
                     m->comm->c_name, rc);

@@ -41,6 +41,7 @@ typedef struct twohop_comm_args {
     const char *virtual_nodes; /* testing aid coll_twohop_virtual_nodes ("" or NULL: off) */
     int world_rank, world_size; /* in MPI_COMM_WORLD, for virtual_nodes */
     uint64_t proc_key;    /* unique per process across the job (MPI_COMM_WORLD rank) */
+    int thread_multiple;  /* the application initialised MPI_THREAD_MULTIPLE */
     uint32_t comm_id;     /* identical on all ranks, unique among this process's communicators */
     const struct twohop_params *params;
     twohop_host host;

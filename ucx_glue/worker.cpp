@@ -7,6 +7,7 @@ namespace ucx {
 namespace {
 
 Worker *g_worker = nullptr;
+std::mutex g_worker_mutex;
 
 std::string describe(const char *call, ucs_status_t s) {
     return std::string("ucx: ") + call + " failed: " + ucs_status_string(s);
@@ -30,7 +31,9 @@ void recv_done(void *request, ucs_status_t status, const ucp_tag_recv_info_t *in
 
 } // namespace
 
-int Worker::instance(const ConfigPairs &config, Worker **out, std::string *err) {
+int Worker::instance(const ConfigPairs &config, bool thread_multi, Worker **out,
+                     std::string *err) {
+    std::lock_guard<std::mutex> lock(g_worker_mutex);
     if (g_worker) {
         *out = g_worker;
         return TWOHOP_OK;
@@ -67,7 +70,7 @@ int Worker::instance(const ConfigPairs &config, Worker **out, std::string *err) 
     ucp_worker_params_t wp;
     std::memset(&wp, 0, sizeof(wp));
     wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-    wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+    wp.thread_mode = thread_multi ? UCS_THREAD_MODE_MULTI : UCS_THREAD_MODE_SINGLE;
     s = ucp_worker_create(w->context_, &wp, &w->worker_);
     if (s != UCS_OK) {
         *err = describe("ucp_worker_create", s);
@@ -91,6 +94,7 @@ int Worker::instance(const ConfigPairs &config, Worker **out, std::string *err) 
 }
 
 void Worker::shutdown() {
+    std::lock_guard<std::mutex> lock(g_worker_mutex);
     delete g_worker;
     g_worker = nullptr;
 }
@@ -120,6 +124,7 @@ void Worker::on_ep_error(void *arg, ucp_ep_h, ucs_status_t) {
 
 int Worker::connect(uint64_t peer_key, const uint8_t *addr, std::size_t len, ucp_ep_h *ep,
                     std::string *err) {
+    std::lock_guard<std::mutex> lock(eps_mutex_);
     auto it = eps_.find(peer_key);
     if (it != eps_.end()) {
         *ep = it->second;

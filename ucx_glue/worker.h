@@ -5,13 +5,16 @@
  * process, kept across communicators and released at finalize.
  *
  * Messages use the UCP tag API. Every wait loop in twohop calls Worker::progress().
- * Thread model: twohop calls it from the MPI thread only (UCS_THREAD_MODE_SINGLE).
+ * Thread model: UCS_THREAD_MODE_SINGLE, or UCS_THREAD_MODE_MULTI when the application runs
+ * MPI_THREAD_MULTIPLE (allreduces on different communicators may then run concurrently);
+ * creation and the endpoint cache are guarded by a mutex.
  */
 #ifndef TWOHOP_UCX_WORKER_H
 #define TWOHOP_UCX_WORKER_H
 
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -41,7 +44,8 @@ class Worker {
      * configuration (later calls ignore `config`). Returns TWOHOP_OK or TWOHOP_ERR_TRANSPORT
      * with *err naming the failing UCX call and its message.
      */
-    static int instance(const ConfigPairs &config, Worker **out, std::string *err);
+    static int instance(const ConfigPairs &config, bool thread_multi, Worker **out,
+                        std::string *err);
     /* Closes every endpoint, the worker and the context. Safe to call when never created. */
     static void shutdown();
 
@@ -76,6 +80,7 @@ class Worker {
     std::vector<uint8_t> address_;
     std::unordered_map<uint64_t, ucp_ep_h> eps_;
     bool peer_failed_ = false;
+    std::mutex eps_mutex_;
 };
 
 } // namespace ucx
