@@ -1,0 +1,92 @@
+/*
+ * MPI_T lookup of twohop's counters. MPI_T_pvar_get_index is deliberately not used (the
+ * contract says find by name through get_num/get_info, which also works on MPI 3.0 libraries).
+ */
+#include "twohop_pvars.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define SERVED_NAME "coll_twohop_allreduce_calls"
+#define FALLBACK_NAME "coll_twohop_fallback_calls"
+
+/*
+ * Finds pvar `want` by name; returns its index or -1 and explains a mismatch in why[].
+ */
+static int find_pvar(const char *want, char *why, size_t why_len) {
+    int num = 0;
+    if (MPI_T_pvar_get_num(&num) != MPI_SUCCESS) {
+        snprintf(why, why_len, "MPI_T_pvar_get_num failed");
+        return -1;
+    }
+    for (int i = 0; i < num; i++) {
+        char name[256], desc[1024];
+        int name_len = sizeof name, desc_len = sizeof desc;
+        int verbosity, var_class, bind, readonly, continuous, atomic;
+        MPI_Datatype dtype;
+        MPI_T_enum enumtype;
+        if (MPI_T_pvar_get_info(i, name, &name_len, &verbosity, &var_class, &dtype, &enumtype, desc,
+                                &desc_len, &bind, &readonly, &continuous, &atomic) != MPI_SUCCESS) {
+            continue;
+        }
+        if (strcmp(name, want) != 0) {
+            continue;
+        }
+        if (var_class != MPI_T_PVAR_CLASS_COUNTER || dtype != MPI_UNSIGNED_LONG_LONG ||
+            bind != MPI_T_BIND_NO_OBJECT || !continuous) {
+            snprintf(why, why_len,
+                     "pvar %s found but not a continuous no-object unsigned long long counter "
+                     "(class %d, bind %d, continuous %d)",
+                     want, var_class, bind, continuous);
+            return -1;
+        }
+        return i;
+    }
+    snprintf(why, why_len, "pvar %s not found (is mca_coll_twohop.so loaded?)", want);
+    return -1;
+}
+
+bool twohop_pvars_open(struct twohop_pvars *pv) {
+    memset(pv, 0, sizeof *pv);
+    int provided;
+    if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS) {
+        snprintf(pv->why, sizeof pv->why, "MPI_T_init_thread failed");
+        return false;
+    }
+    int served_idx = find_pvar(SERVED_NAME, pv->why, sizeof pv->why);
+    int fallback_idx = served_idx < 0 ? -1 : find_pvar(FALLBACK_NAME, pv->why, sizeof pv->why);
+    if (served_idx < 0 || fallback_idx < 0) {
+        return false;
+    }
+    int n;
+    if (MPI_T_pvar_session_create(&pv->session) != MPI_SUCCESS ||
+        MPI_T_pvar_handle_alloc(pv->session, served_idx, NULL, &pv->served, &n) != MPI_SUCCESS ||
+        n != 1 ||
+        MPI_T_pvar_handle_alloc(pv->session, fallback_idx, NULL, &pv->fallback, &n) !=
+            MPI_SUCCESS ||
+        n != 1) {
+        snprintf(pv->why, sizeof pv->why, "MPI_T session/handle allocation failed");
+        return false;
+    }
+    pv->found = true;
+    return true;
+}
+
+struct twohop_counts twohop_pvars_read(const struct twohop_pvars *pv) {
+    struct twohop_counts c = {0, 0};
+    if (pv->found) {
+        MPI_T_pvar_read(pv->session, pv->served, &c.served);
+        MPI_T_pvar_read(pv->session, pv->fallback, &c.fallback);
+    }
+    return c;
+}
+
+void twohop_pvars_close(struct twohop_pvars *pv) {
+    if (pv->found) {
+        MPI_T_pvar_handle_free(pv->session, &pv->served);
+        MPI_T_pvar_handle_free(pv->session, &pv->fallback);
+        MPI_T_pvar_session_free(&pv->session);
+    }
+    pv->found = false;
+    MPI_T_finalize();
+}

@@ -1,0 +1,41 @@
+/*
+ * Reads twohop's MPI_T performance variables (coll_twohop_allreduce_calls and
+ * coll_twohop_fallback_calls) so tests and the benchmark can prove which algorithm served a call.
+ * Plain MPI_T; no Open MPI internals.
+ */
+#ifndef TWOHOP_PVARS_H
+#define TWOHOP_PVARS_H
+
+#include <stdbool.h>
+
+#include <mpi.h>
+
+/* Snapshot of both counters of this process. */
+struct twohop_counts {
+    unsigned long long served;   /* coll_twohop_allreduce_calls */
+    unsigned long long fallback; /* coll_twohop_fallback_calls */
+};
+
+/* Handles for reading the two counters; `found` is false when twohop is not loaded. */
+struct twohop_pvars {
+    bool found;
+    char why[256]; /* why found is false (for messages) */
+    MPI_T_pvar_session session;
+    MPI_T_pvar_handle served;
+    MPI_T_pvar_handle fallback;
+};
+
+/*
+ * Looks the two counters up by name (MPI_T_pvar_get_num + MPI_T_pvar_get_info), checks their
+ * class, datatype and binding against the contract, and allocates read handles. Call after
+ * MPI_Init. Returns pv->found; on false pv->why says why.
+ */
+bool twohop_pvars_open(struct twohop_pvars *pv);
+
+/* Reads both counters; zeros when the pvars were not found. */
+struct twohop_counts twohop_pvars_read(const struct twohop_pvars *pv);
+
+/* Frees the handles and the session and finalizes MPI_T (call before MPI_Finalize). */
+void twohop_pvars_close(struct twohop_pvars *pv);
+
+#endif

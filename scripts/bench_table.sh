@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Runs twohop_osu_allreduce with twohop, tuned and han on one node (and twohop over a virtual
+# two-node layout) and prints one table: size, latency of each, twohop speedups, twohop busbw.
+# Bash + POSIX awk only. Needs a built tree (scripts/setup.sh).
+#
+# Environment (all optional):
+#   NP=4                 ranks
+#   SIZES=8:16777216     -m [MIN:]MAX in bytes
+#   TYPE=mpi_float       -T datatype
+#   ITERS, WARMUP        -i / -x (default: osu defaults, 1000/200 small, 100/10 large)
+#   VNODES=block:2       layout of the "twohop (virtual 2 nodes)" column; empty to skip it
+#   BUILD_DIR=build      Meson build directory
+#   TIMEOUT=900          outer watchdog per run, seconds
+#   KEEP=DIR             keep the raw benchmark outputs in DIR
+# speedup = other latency / twohop latency (> 1: twohop is faster).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+np=${NP:-4} sizes=${SIZES:-8:16777216} dtype=${TYPE:-mpi_float} build=${BUILD_DIR:-build}
+vnodes=${VNODES-block:2} tmo=${TIMEOUT:-900}
+bench=$build/mpi_tests/twohop_osu_allreduce
+[[ -x $bench ]] || { echo "bench_table.sh: $bench not built (run scripts/setup.sh)" >&2; exit 1; }
+out=${KEEP:-$(mktemp -d)}
+mkdir -p "$out"
+[[ -n ${KEEP:-} ]] || trap 'rm -rf "$out"' EXIT
+
+bargs=(-m "$sizes" -T "$dtype" -f)
+[[ -n ${ITERS:-} ]] && bargs+=(-i "$ITERS")
+[[ -n ${WARMUP:-} ]] && bargs+=(-x "$WARMUP")
+
+# run_one LABEL COLL [VNODES]: benchmark output in $out/LABEL.txt (empty on failure).
+run_one() {
+    local label=$1 coll=$2 vn=${3:-}
+    local extra=()
+    [[ -n $vn ]] && extra=(-v "$vn")
+    echo "bench_table.sh: $label (np=$np)..." >&2
+    if ! bash mpi_tests/run_mpi.sh -n "$np" -c "$coll" -b "$build" -t "$tmo" "${extra[@]}" -- \
+        "$bench" "${bargs[@]}" >"$out/$label.txt" 2>"$out/$label.err"; then
+        echo "bench_table.sh: $label failed (see below); its column shows n/a" >&2
+        tail -5 "$out/$label.err" >&2
+    fi
+}
+
+run_one twohop twohop
+run_one tuned tuned
+run_one han han
+[[ -n $vnodes ]] && run_one twohop_vn twohop "$vnodes"
+[[ -n $vnodes ]] || : >"$out/twohop_vn.txt"
+
+for label in twohop twohop_vn; do
+    sed -n "s/^# twohop:/# $label run:/p" "$out/$label.txt"
+done
+echo "# np=$np type=$dtype sizes=$sizes; latency in us (avg over ranks);" \
+     "speedup = other / twohop; busbw in GB/s"
+awk -v vn="$vnodes" '
+    # Benchmark rows: size avg min max iterations busbw (comment lines start with #).
+    FNR == 1 { f++ }
+    /^#/ || NF < 2 { next }
+    {
+        size = $1
+        if (!(size in seen)) { seen[size] = 1; order[++n] = size }
+        lat[f, size] = $2
+        bw[f, size] = $NF
+    }
+    function cell(v) { return v == "" ? "n/a" : v }
+    function ratio(a, b) {
+        return (a == "" || b == "" || b + 0 == 0) ? "n/a" : sprintf("%.2f", a / b)
+    }
+    END {
+        printf "%-10s %12s %12s %12s %14s %12s %12s %13s\n", "size(B)", "twohop_us", "tuned_us",
+               "han_us", "twohop_vn_us", "x_vs_tuned", "x_vs_han", "twohop_busbw"
+        for (i = 1; i <= n; i++) {
+            s = order[i]
+            printf "%-10s %12s %12s %12s %14s %12s %12s %13s\n", s, cell(lat[1, s]),
+                   cell(lat[2, s]), cell(lat[3, s]), cell(lat[4, s]),
+                   ratio(lat[2, s], lat[1, s]), ratio(lat[3, s], lat[1, s]), cell(bw[1, s])
+        }
+        if (vn != "") printf "# twohop_vn_us: twohop with coll_twohop_virtual_nodes=%s\n", vn
+    }' "$out/twohop.txt" "$out/tuned.txt" "$out/han.txt" "$out/twohop_vn.txt"

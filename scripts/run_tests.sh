@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# README command 2: set up and build, run every Meson test (unit and MPI) once, and print as the
+# final line "N passed, N failed, N skipped" from build/meson-logs/testlog.json.
+# Exit status: non-zero if a test failed, the build failed, or no test ran.
+# Environment: BUILD_DIR (default build); MESON_TEST_ARGS (extra `meson test` options, e.g.
+# "--suite mpi"); MPI_TESTS_COLL=tuned runs the MPI tests against plain Open MPI as a baseline.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
+build=${BUILD_DIR:-build}
+log=$build/meson-logs/testlog.json
+
+if ! bash scripts/setup.sh; then
+    echo "run_tests.sh: setup/build failed" >&2
+    echo "0 passed, 0 failed, 0 skipped"
+    exit 1
+fi
+
+rm -f "$log"
+# shellcheck disable=SC2086 # MESON_TEST_ARGS is a list of options
+meson test -C "$build" --print-errorlogs ${MESON_TEST_ARGS:-}
+test_rc=$?
+
+if [[ ! -f $log ]]; then
+    echo "run_tests.sh: $log not written" >&2
+    echo "0 passed, 0 failed, 0 skipped"
+    exit 1
+fi
+
+# One JSON object per line; its "result" is OK, EXPECTEDFAIL, SKIP, FAIL, TIMEOUT, ERROR or
+# UNEXPECTEDPASS. Plain POSIX awk (mawk or gawk).
+summary=$(awk '
+    match($0, /"result": *"[A-Z]+"/) {
+        r = substr($0, RSTART, RLENGTH)
+        sub(/^"result": *"/, "", r)
+        sub(/"$/, "", r)
+        if (r == "OK" || r == "EXPECTEDFAIL") pass++
+        else if (r == "SKIP") skip++
+        else { fail++; print "run_tests.sh: " r ": " name_of($0) > "/dev/stderr" }
+    }
+    function name_of(s,   t) {
+        match(s, /"name": *"[^"]*"/)
+        t = substr(s, RSTART, RLENGTH)
+        sub(/^"name": *"/, "", t)
+        sub(/"$/, "", t)
+        return t
+    }
+    END { printf "%d %d %d\n", pass, fail, skip }' "$log")
+read -r passed failed skipped <<<"$summary"
+
+echo "$passed passed, $failed failed, $skipped skipped"
+if ((failed > 0 || passed + failed + skipped == 0 || (test_rc != 0 && failed == 0))); then
+    exit 1
+fi
+exit 0
