@@ -46,6 +46,11 @@ run_one tuned tuned
 run_one han han
 [[ -n $vnodes ]] && run_one twohop_vn twohop "$vnodes"
 [[ -n $vnodes ]] || : >"$out/twohop_vn.txt"
+# The memory-traffic bound, measured now: every rank copies n bytes at once (2·p·n bytes).
+echo "bench_table.sh: copy bound (np=$np)..." >&2
+bash mpi_tests/run_mpi.sh -n "$np" -c tuned -b "$build" -t "$tmo" -- \
+    "$build/mpi_tests/copy_bandwidth" -m "$sizes" >"$out/copy.txt" 2>"$out/copy.err" ||
+    : >"$out/copy.txt"
 
 for label in twohop twohop_vn; do
     sed -n "s/^# twohop:/# $label run:/p" "$out/$label.txt"
@@ -61,19 +66,27 @@ awk -v vn="$vnodes" '
         if (!(size in seen)) { seen[size] = 1; order[++n] = size }
         lat[f, size] = $2
         bw[f, size] = $NF
+        if (f == 5) copy[size] = $2
     }
     function cell(v) { return v == "" ? "n/a" : v }
+    function pct(a, b) {
+        return (a == "" || b == "" || b + 0 == 0) ? "n/a" : sprintf("%.0f%%", 100 * a / b)
+    }
     function ratio(a, b) {
         return (a == "" || b == "" || b + 0 == 0) ? "n/a" : sprintf("%.2f", a / b)
     }
     END {
-        printf "%-10s %12s %12s %12s %14s %12s %12s %13s\n", "size(B)", "twohop_us", "tuned_us",
-               "han_us", "twohop_vn_us", "x_vs_tuned", "x_vs_han", "twohop_busbw"
+        printf "%-10s %12s %12s %12s %14s %12s %12s %13s %10s %9s\n", "size(B)", "twohop_us",
+               "tuned_us", "han_us", "twohop_vn_us", "x_vs_tuned", "x_vs_han", "twohop_busbw",
+               "bound_us", "of_bound"
         for (i = 1; i <= n; i++) {
             s = order[i]
-            printf "%-10s %12s %12s %12s %14s %12s %12s %13s\n", s, cell(lat[1, s]),
+            printf "%-10s %12s %12s %12s %14s %12s %12s %13s %10s %9s\n", s, cell(lat[1, s]),
                    cell(lat[2, s]), cell(lat[3, s]), cell(lat[4, s]),
-                   ratio(lat[2, s], lat[1, s]), ratio(lat[3, s], lat[1, s]), cell(bw[1, s])
+                   ratio(lat[2, s], lat[1, s]), ratio(lat[3, s], lat[1, s]), cell(bw[1, s]),
+                   cell(copy[s]), pct(copy[s], lat[1, s])
         }
+        printf "# bound_us: all ranks memcpy n bytes at once (2*p*n bytes moved, measured now);"
+        printf " of_bound = bound_us / twohop_us\n"
         if (vn != "") printf "# twohop_vn_us: twohop with coll_twohop_virtual_nodes=%s\n", vn
-    }' "$out/twohop.txt" "$out/tuned.txt" "$out/han.txt" "$out/twohop_vn.txt"
+    }' "$out/twohop.txt" "$out/tuned.txt" "$out/han.txt" "$out/twohop_vn.txt" "$out/copy.txt"
