@@ -59,7 +59,12 @@ echo "# np=$np type=$dtype sizes=$sizes; latency in us (avg over ranks);" \
      "speedup = other / twohop; busbw in GB/s"
 awk -v vn="$vnodes" '
     # Benchmark rows: size avg min max iterations busbw (comment lines start with #).
-    FNR == 1 { f++ }
+    # Column by file name (an empty file, e.g. no virtual-node run, has no first record).
+    FNR == 1 {
+        n_ = split(FILENAME, parts, "/"); base = parts[n_]
+        f = base == "twohop.txt" ? 1 : base == "tuned.txt" ? 2 : base == "han.txt" ? 3 :
+            base == "twohop_vn.txt" ? 4 : 5
+    }
     /^#/ || NF < 2 { next }
     {
         size = $1
