@@ -25,7 +25,6 @@
  */
 #include <cstring>
 
-#include "cache_hints.h"
 #include "comm_state.h"
 #include "reducer.h"
 #include "segment_plan.h"
@@ -181,7 +180,6 @@ int pipeline_start(twohop_comm *c, const char *sbuf, const InFlight &f, const Re
         if (c->topo.shard_owner(c->topo.my_node, static_cast<int>(sh)) == me) continue;
         const Range r = twohop::split_even(f.seg.count, shards, sh);
         std::memcpy(c->shm.slot(set, me) + r.offset * ib, seg_in + r.offset * ib, r.count * ib);
-        if (c->demote) twohop::demote_lines(c->shm.slot(set, me) + r.offset * ib, r.count * ib);
     }
     c->shm.flags(me).arrived.store(f.s, std::memory_order_release);
     if ((rc = c->wait_all(kArrived, f.s)) != TWOHOP_OK) return rc;
@@ -194,7 +192,6 @@ int pipeline_start(twohop_comm *c, const char *sbuf, const InFlight &f, const Re
         rc = reduce_slots(c, set, r.offset * ib, r.count, out, red, seg_in + r.offset * ib,
                           c->topo.shard_owner(c->topo.my_node, sh));
         if (rc != TWOHOP_OK) return rc;
-        if (c->demote && c->rails.empty()) twohop::demote_lines(out, r.count * ib);
         if (c->rails.empty() || r.count == 0) continue;
         const twohop_rail &rail = c->rails[i];
         rc = c->rings[set * c->rails.size() + i].start(c->worker, rail.right, rail.n, rail.pos,
@@ -217,13 +214,6 @@ int pipeline_finish(twohop_comm *c, char *rbuf, const InFlight &f, const Reducer
     RankFlags &mine = c->shm.flags(c->topo.local_rank);
     int rc = finish_rings(c, set);
     if (rc != TWOHOP_OK) return rc;
-    if (c->demote && !c->rails.empty()) { // the rings wrote the final values of my shards
-        const uint64_t shards = static_cast<uint64_t>(c->topo.n_shards());
-        for (int sh : c->my_shards) {
-            const Range r = twohop::split_even(f.seg.count, shards, static_cast<uint64_t>(sh));
-            twohop::demote_lines(c->shm.result(set) + r.offset * ib, r.count * ib);
-        }
-    }
     mine.reduced.store(f.s, std::memory_order_release);
     // Hop 3: copy every shard as soon as its owner published it, starting with my own shard
     // so that the local ranks read from different owners at any moment.

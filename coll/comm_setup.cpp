@@ -200,7 +200,6 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, c
     c->slot_bytes = twohop::ShmLayout::align_up(prm.segment_bytes);
     c->small_bytes = std::min<uint64_t>(prm.small_msg_bytes, c->slot_bytes);
     c->stream_bytes = prm.stream_copy_bytes;
-    c->demote = prm.cldemote;
     c->my_shards = c->topo.my_shards();
 
     // 3-5. The node's shared-memory segment.

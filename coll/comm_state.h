@@ -35,7 +35,6 @@ struct twohop_comm {
     int post_batch = 4;
     uint64_t slot_bytes = 0;
     uint64_t small_bytes = 0;
-    bool demote = true;            // CLDEMOTE written shared-memory lines (coll_twohop_cldemote)
     uint64_t stream_bytes = 0;     // 0 = never use streaming stores for hop 3
     uint32_t comm_id = 0;
     uint64_t seq = 0;             // segments processed on this communicator (same on all ranks)
