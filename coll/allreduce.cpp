@@ -1,7 +1,7 @@
 /*
  * The two allreduce paths over one communicator's state.
  *
- * Latency path (message <= small_bytes), one segment `s`, buffer set s % D:
+ * Latency path (message bytes x local ranks <= small_bytes), one segment `s`, set s % D:
  *   step  who                what
  *   1     all local ranks    wait until set is free (every local rank done with s - D)
  *   2     all local ranks    copy input to own slot, publish arrived = s
@@ -273,6 +273,10 @@ extern "C" int twohop_comm_allreduce(twohop_comm *c, const void *sbuf, void *rbu
     const Reducer reducer(*red);
     const auto *in = static_cast<const char *>(sbuf);
     auto *out = static_cast<char *>(rbuf);
-    if (count * red->item_bytes <= c->small_bytes) return latency_path(c, in, out, count, reducer);
+    const uint64_t bytes = count * red->item_bytes;
+    if (bytes <= c->slot_bytes &&
+        bytes * static_cast<uint64_t>(c->topo.local_size()) <= c->small_bytes) {
+        return latency_path(c, in, out, count, reducer);
+    }
     return pipeline_path(c, in, out, count, reducer);
 }

@@ -198,7 +198,7 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, c
     c->depth = prm.pipeline_depth;
     c->post_batch = prm.post_batch;
     c->slot_bytes = twohop::ShmLayout::align_up(prm.segment_bytes);
-    c->small_bytes = std::min<uint64_t>(prm.small_msg_bytes, c->slot_bytes);
+    c->small_bytes = prm.small_msg_bytes;
     c->stream_bytes = prm.stream_copy_bytes;
     c->my_shards = c->topo.my_shards();
 
