@@ -1,7 +1,8 @@
 /*
  * The two allreduce paths over one communicator's state.
  *
- * Latency path (message bytes x local ranks <= small_bytes), one segment `s`, set s % D:
+ * Latency path (message bytes x ranks of the largest node <= small_bytes), one segment `s`,
+ * buffer set s % D:
  *   step  who                what
  *   1     all local ranks    wait until set is free (every local rank done with s - D)
  *   2     all local ranks    copy input to own slot, publish arrived = s
@@ -273,9 +274,11 @@ extern "C" int twohop_comm_allreduce(twohop_comm *c, const void *sbuf, void *rbu
     const Reducer reducer(*red);
     const auto *in = static_cast<const char *>(sbuf);
     auto *out = static_cast<char *>(rbuf);
+    // The path must be the same on every rank: scale by the largest node's rank count (the
+    // shard count), not by this node's.
     const uint64_t bytes = count * red->item_bytes;
     if (bytes <= c->slot_bytes &&
-        bytes * static_cast<uint64_t>(c->topo.local_size()) <= c->small_bytes) {
+        bytes * static_cast<uint64_t>(c->topo.n_shards()) <= c->small_bytes) {
         return latency_path(c, in, out, count, reducer);
     }
     return pipeline_path(c, in, out, count, reducer);

@@ -34,8 +34,8 @@ extern const char *const fail_names[F_NBITS];
 #define GAPFILL 0x5A  /* byte in the holes of non-contiguous elements */
 #define RECVFILL 0xEE /* garbage in a receive buffer before a non-in-place call */
 #define NSLOTS 8      /* count slots per (shape, type, op) */
-#define DEFAULT_SEGMENT 262144
-#define DEFAULT_SMALL 16384
+#define DEFAULT_SEGMENT 1048576
+#define DEFAULT_SMALL 8192
 #define RANDOM_COUNT 100003 /* random-float cases: several default segments of floats */
 #define MAX_SHAPES 8
 
