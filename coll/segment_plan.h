@@ -32,8 +32,9 @@ inline Range split_even(uint64_t total, uint64_t parts, uint64_t i) {
 
 /*
  * Items per pipeline segment for a segment budget of `segment_bytes` and items of
- * `item_bytes` (> 0): whole items only, at least one item, so an item larger than the budget
- * still makes progress (the shared-memory slots are sized for max(segment_bytes, item_bytes)).
+ * `item_bytes` (> 0): whole items only, at least one item. (twohop falls back for items larger
+ * than one shared-memory slot, so the "at least one" case only matters for callers that size
+ * their buffers by max(segment_bytes, item_bytes).)
  */
 inline uint64_t segment_items(uint64_t segment_bytes, uint64_t item_bytes) {
     const uint64_t n = segment_bytes / item_bytes;

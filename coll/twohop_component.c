@@ -238,7 +238,7 @@ static int setup(twohop_module *m) {
     a.rank = ompi_comm_rank(m->comm);
     a.size = ompi_comm_size(m->comm);
     a.comm_id = ompi_comm_get_cid(m->comm);
-    a.thread_multiple = ompi_mpi_thread_multiple ? 1 : 0;
+    a.thread_multiple = ompi_mpi_thread_provided == MPI_THREAD_MULTIPLE;
     a.host_key = fnv1a(opal_process_info.nodename);
     a.virtual_nodes = params.virtual_nodes;
     a.world_rank = ompi_comm_rank(&ompi_mpi_comm_world.comm);

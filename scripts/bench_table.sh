@@ -62,8 +62,11 @@ awk -v vn="$vnodes" '
     # Column by file name (an empty file, e.g. no virtual-node run, has no first record).
     FNR == 1 {
         n_ = split(FILENAME, parts, "/"); base = parts[n_]
-        f = base == "twohop.txt" ? 1 : base == "tuned.txt" ? 2 : base == "han.txt" ? 3 :
-            base == "twohop_vn.txt" ? 4 : 5
+        f = 5
+        if (base == "twohop.txt") f = 1
+        else if (base == "tuned.txt") f = 2
+        else if (base == "han.txt") f = 3
+        else if (base == "twohop_vn.txt") f = 4
     }
     /^#/ || NF < 2 { next }
     {

@@ -17,7 +17,7 @@ std::string describe(const char *call, ucs_status_t s) {
 void send_done(void *request, ucs_status_t status, void *user) {
     auto *r = static_cast<Request *>(user);
     r->status = status;
-    r->done = true;
+    r->done.store(true, std::memory_order_release);
     ucp_request_free(request);
 }
 
@@ -25,7 +25,7 @@ void recv_done(void *request, ucs_status_t status, const ucp_tag_recv_info_t *in
     auto *r = static_cast<Request *>(user);
     r->status = status;
     r->received = (status == UCS_OK && info) ? info->length : 0;
-    r->done = true;
+    r->done.store(true, std::memory_order_release);
     ucp_request_free(request);
 }
 
@@ -77,6 +77,18 @@ int Worker::instance(const ConfigPairs &config, bool thread_multi, Worker **out,
         delete w;
         return TWOHOP_ERR_TRANSPORT;
     }
+    if (thread_multi) { // UCX may grant less than asked: then twohop must not share it
+        ucp_worker_attr_t attr;
+        std::memset(&attr, 0, sizeof(attr));
+        attr.field_mask = UCP_WORKER_ATTR_FIELD_THREAD_MODE;
+        s = ucp_worker_query(w->worker_, &attr);
+        if (s != UCS_OK || attr.thread_mode != UCS_THREAD_MODE_MULTI) {
+            *err = "ucx: worker is not thread-safe (UCS_THREAD_MODE_MULTI not granted) under "
+                   "MPI_THREAD_MULTIPLE";
+            delete w;
+            return TWOHOP_ERR_TRANSPORT;
+        }
+    }
     ucp_address_t *addr = nullptr;
     size_t len = 0;
     s = ucp_worker_get_address(w->worker_, &addr, &len);
@@ -119,7 +131,7 @@ Worker::~Worker() {
 }
 
 void Worker::on_ep_error(void *arg, ucp_ep_h, ucs_status_t) {
-    static_cast<Worker *>(arg)->peer_failed_ = true;
+    static_cast<Worker *>(arg)->peer_failed_.store(true, std::memory_order_relaxed);
 }
 
 int Worker::connect(uint64_t peer_key, const uint8_t *addr, std::size_t len, ucp_ep_h *ep,

@@ -13,6 +13,7 @@
 #define TWOHOP_UCX_WORKER_H
 
 #include <cstddef>
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -29,9 +30,14 @@ namespace ucx {
 
 /* Completion slot of one non-blocking send or receive. */
 struct Request {
-    volatile bool done = true;
+    std::atomic<bool> done{true}; // set (release) by the completion callback, any thread
     ucs_status_t status = UCS_OK;
     std::size_t received = 0; // bytes, for receives
+
+    Request() = default;
+    // Copies only make idle slots (containers are sized at set-up, before any transfer).
+    Request(const Request &) {}
+    Request &operator=(const Request &) = delete;
 };
 
 /* UCP configuration entries (name without the UCX_ prefix, value), applied in order. */
@@ -68,7 +74,7 @@ class Worker {
     /* Drives UCX; returns true when some event was processed. */
     bool progress() { return ucp_worker_progress(worker_) != 0; }
     /* True once any endpoint reported an error (a failed peer): waits must give up. */
-    bool peer_failed() const { return peer_failed_; }
+    bool peer_failed() const { return peer_failed_.load(std::memory_order_relaxed); }
 
   private:
     Worker() = default;
@@ -79,7 +85,7 @@ class Worker {
     ucp_worker_h worker_ = nullptr;
     std::vector<uint8_t> address_;
     std::unordered_map<uint64_t, ucp_ep_h> eps_;
-    bool peer_failed_ = false;
+    std::atomic<bool> peer_failed_{false};
     std::mutex eps_mutex_;
 };
 
