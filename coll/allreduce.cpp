@@ -14,14 +14,15 @@
  * Pipeline path (larger messages), segments of slot_bytes, up to D segments in flight:
  *   start(k):  wait set free; copy the shards of segment k that other ranks own into
  *              own slot; arrived = s;
- *              wait all arrived; for each owned shard: result = in0 op in1 op ... (hop 1,
- *              reduce-scatter; my own input read from sbuf); with >1 node post the shard's ring (hop 2, non-blocking)
+ *              wait all arrived; for each owned shard: result = in_o op in_o+1 op ... (hop 1,
+ *              reduce-scatter, starting at the owner o; my own input read from sbuf);
+ *              with >1 node post the shard's ring (hop 2, non-blocking)
  *   finish(k): complete own rings; reduced = s; copy each shard of segment k out as soon as
  *              its owner published reduced = s, starting with my own shard (hop 3,
  *              allgather); done = s
  *   order:     start(0) .. start(D-1), finish(0), start(D), finish(1), ... so hop 1 of segment
  *              k runs while hop 2 of segment k-1 is on the wire.
- * Every element is reduced once, by its shard owner, in local-rank order, then in ring order:
+ * Every element is reduced once, by its shard owner, in a fixed order, then in ring order:
  * the result is bitwise identical on all ranks and repeatable for the same topology.
  */
 #include <cstring>
@@ -52,16 +53,21 @@ int twohop_comm::poll() {
     return rc;
 }
 
-int twohop_comm::wait_all(std::atomic<uint64_t> RankFlags::*which, uint64_t target) {
-    const int l = topo.local_size();
-    for (int i = 0; i < l; ++i) {
-        unsigned spins = 0;
-        while ((shm.flags(i).*which).load(std::memory_order_acquire) < target) {
-            if (++spins % 16 == 0) {
-                int rc = poll();
-                if (rc != TWOHOP_OK) return rc;
-            }
+int twohop_comm::wait_for(const std::atomic<uint64_t> &flag, uint64_t target) {
+    unsigned spins = 0;
+    while (flag.load(std::memory_order_acquire) < target) {
+        if (++spins % 16 == 0) {
+            int rc = poll();
+            if (rc != TWOHOP_OK) return rc;
         }
+    }
+    return TWOHOP_OK;
+}
+
+int twohop_comm::wait_all(std::atomic<uint64_t> RankFlags::*which, uint64_t target) {
+    for (int i = 0; i < topo.local_size(); ++i) {
+        int rc = wait_for(shm.flags(i).*which, target);
+        if (rc != TWOHOP_OK) return rc;
     }
     return TWOHOP_OK;
 }
@@ -150,11 +156,8 @@ int latency_path(twohop_comm *c, const char *sbuf, char *rbuf, uint64_t count,
         if (rc == TWOHOP_OK) rc = finish_rings(c, set);
         if (rc != TWOHOP_OK) return rc; // the job is broken: peers see the failure too
         mine.reduced.store(s, std::memory_order_release);
-    } else {
-        unsigned spins = 0;
-        while (c->shm.flags(0).reduced.load(std::memory_order_acquire) < s) {
-            if (++spins % 16 == 0 && (rc = c->poll()) != TWOHOP_OK) return rc;
-        }
+    } else if ((rc = c->wait_for(c->shm.flags(0).reduced, s)) != TWOHOP_OK) {
+        return rc;
     }
     std::memcpy(rbuf, c->shm.result(set), bytes);
     mine.done.store(s, std::memory_order_release);
@@ -222,11 +225,8 @@ int pipeline_finish(twohop_comm *c, char *rbuf, const InFlight &f, const Reducer
     const int first = c->my_shards.front();
     for (int k = 0; k < shards; ++k) {
         const int sh = (first + k) % shards;
-        std::atomic<uint64_t> &ready = c->shm.flags(c->topo.shard_owner(node, sh)).reduced;
-        unsigned spins = 0;
-        while (ready.load(std::memory_order_acquire) < f.s) {
-            if (++spins % 16 == 0 && (rc = c->poll()) != TWOHOP_OK) return rc;
-        }
+        rc = c->wait_for(c->shm.flags(c->topo.shard_owner(node, sh)).reduced, f.s);
+        if (rc != TWOHOP_OK) return rc;
         const Range r = twohop::split_even(f.seg.count, static_cast<uint64_t>(shards),
                                            static_cast<uint64_t>(sh));
         char *dst = rbuf + (f.seg.offset + r.offset) * ib;

@@ -59,6 +59,8 @@ struct twohop_comm {
      * twohop_status (a ring error or a failed peer).
      */
     int poll();
+    /* Spins (polling every 16 checks) until `flag` reaches `target`. */
+    int wait_for(const std::atomic<uint64_t> &flag, uint64_t target);
     /* Spins (with poll) until every local rank's counter `which` reaches `target`. */
     int wait_all(std::atomic<uint64_t> twohop::RankFlags::*which, uint64_t target);
 };

@@ -29,6 +29,19 @@ void recv_done(void *request, ucs_status_t status, const ucp_tag_recv_info_t *in
     ucp_request_free(request);
 }
 
+/* Settles r for a post that returned req: NULL = completed in place, an error pointer = failed,
+ * otherwise the completion callback will set r->done. */
+int settle(ucs_status_ptr_t req, Request *r) {
+    if (req == nullptr) {
+        r->done = true;
+    } else if (UCS_PTR_IS_ERR(req)) {
+        r->status = UCS_PTR_STATUS(req);
+        r->done = true;
+        return TWOHOP_ERR_TRANSPORT;
+    }
+    return TWOHOP_OK;
+}
+
 } // namespace
 
 int Worker::instance(const ConfigPairs &config, bool thread_multi, Worker **out,
@@ -171,15 +184,7 @@ int Worker::send(ucp_ep_h ep, const void *buf, std::size_t bytes, uint64_t tag, 
     p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     p.cb.send = send_done;
     p.user_data = r;
-    ucs_status_ptr_t req = ucp_tag_send_nbx(ep, buf, bytes, tag, &p);
-    if (req == nullptr) {
-        r->done = true;
-    } else if (UCS_PTR_IS_ERR(req)) {
-        r->status = UCS_PTR_STATUS(req);
-        r->done = true;
-        return TWOHOP_ERR_TRANSPORT;
-    }
-    return TWOHOP_OK;
+    return settle(ucp_tag_send_nbx(ep, buf, bytes, tag, &p), r);
 }
 
 int Worker::recv(void *buf, std::size_t bytes, uint64_t tag, Request *r) {
@@ -195,15 +200,8 @@ int Worker::recv(void *buf, std::size_t bytes, uint64_t tag, Request *r) {
     p.cb.recv = recv_done;
     p.user_data = r;
     ucs_status_ptr_t req = ucp_tag_recv_nbx(worker_, buf, bytes, tag, ~uint64_t(0), &p);
-    if (req == nullptr) { // completed in place
-        r->received = info.length;
-        r->done = true;
-    } else if (UCS_PTR_IS_ERR(req)) {
-        r->status = UCS_PTR_STATUS(req);
-        r->done = true;
-        return TWOHOP_ERR_TRANSPORT;
-    }
-    return TWOHOP_OK;
+    if (req == nullptr) r->received = info.length; // completed in place: info is filled
+    return settle(req, r);
 }
 
 } // namespace ucx
