@@ -1,14 +1,84 @@
 /* Baseline record/compare; see baseline.h. */
 #include "baseline.h"
 
-#include "json_lite.h"
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <sstream>
 
 namespace twohop::rc {
+
+namespace {
+
+using nlohmann::json;
+
+/* Quotes and escapes s as a JSON string (invalid UTF-8 becomes U+FFFD rather than throwing). */
+std::string quote(const std::string &s) {
+    return json(s).dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+/* The member key of v, or nullptr if v is not an object or lacks it. */
+const json *get(const json &v, const char *key) {
+    if (!v.is_object()) {
+        return nullptr;
+    }
+    auto it = v.find(key);
+    return it == v.end() ? nullptr : &*it;
+}
+
+/* Lenient accessors: a value of the wrong type reads as "", 0 or false. */
+std::string str(const json &v) {
+    return v.is_string() ? v.get<std::string>() : std::string();
+}
+bool boolean(const json &v) {
+    return v.is_boolean() && v.get<bool>();
+}
+double num(const json &v) {
+    return v.is_number() ? v.get<double>() : 0.0;
+}
+long long integer(const json &v) {
+    if (v.is_number_integer()) {
+        return v.get<long long>();
+    }
+    double d = num(v);
+    return std::isfinite(d) && std::fabs(d) < 9.2e18 ? static_cast<long long>(d) : 0;
+}
+/* A counter value: a non-negative number (exact when written as an integer), else not ok. */
+bool counter(const json &v, std::uint64_t *out) {
+    *out = 0;
+    if (v.is_number_unsigned()) {
+        *out = v.get<std::uint64_t>();
+        return true;
+    }
+    if (v.is_number_integer()) { // parsed as signed only when negative
+        long long i = v.get<long long>();
+        *out = i < 0 ? 0 : static_cast<std::uint64_t>(i);
+        return i >= 0;
+    }
+    if (!v.is_number_float() || !(v.get<double>() >= 0)) {
+        return false;
+    }
+    double d = v.get<double>();
+    *out = d < 1.8e19 ? static_cast<std::uint64_t>(d) : UINT64_MAX;
+    return true;
+}
+
+/* "line L, column C: what" from a parse error, without the library's "[json.exception...]". */
+std::string parse_error_text(const json::exception &e) {
+    std::string what = e.what();
+    const std::string at = "parse error at ";
+    size_t pos = what.find(at);
+    if (pos != std::string::npos) {
+        return what.substr(pos + at.size());
+    }
+    pos = what.find("] ");
+    return pos == std::string::npos ? what : what.substr(pos + 2);
+}
+
+} // namespace
 
 bool parse_profile(const std::string &text, std::vector<ProfilePoint> *out, std::string *err) {
     out->clear();
@@ -56,21 +126,20 @@ bool parse_profile(const std::string &text, std::vector<ProfilePoint> *out, std:
 std::string baseline_to_json(const Baseline &b) {
     std::ostringstream os;
     os << "{\n  \"format\": \"twohop-rc-baseline\",\n  \"version\": 1,\n"
-       << "  \"host\": " << json::quote(b.host) << ",\n"
+       << "  \"host\": " << quote(b.host) << ",\n"
        << "  \"recorded_unix\": " << b.recorded_unix << ",\n  \"ports\": [";
     for (size_t i = 0; i < b.counters.ports.size(); ++i) {
         const PortSnapshot &p = b.counters.ports[i];
-        os << (i ? "," : "") << "\n    {\"device\": " << json::quote(p.device)
-           << ", \"port\": " << p.port << ", \"state\": " << json::quote(p.state)
-           << ", \"rate\": " << json::quote(p.rate)
-           << ", \"link_layer\": " << json::quote(p.link_layer)
+        os << (i ? "," : "") << "\n    {\"device\": " << quote(p.device) << ", \"port\": " << p.port
+           << ", \"state\": " << quote(p.state) << ", \"rate\": " << quote(p.rate)
+           << ", \"link_layer\": " << quote(p.link_layer)
            << ", \"has_hw_counters\": " << (p.has_hw_counters ? "true" : "false");
         for (int hw = 0; hw < 2; ++hw) {
             os << ",\n     " << (hw ? "\"hw_counters\"" : "\"counters\"") << ": {";
             bool first = true;
             for (const CounterValue &c : p.counters) {
                 if (c.hw == (hw == 1) && c.ok) {
-                    os << (first ? "" : ", ") << json::quote(c.name) << ": " << c.value;
+                    os << (first ? "" : ", ") << quote(c.name) << ": " << c.value;
                     first = false;
                 }
             }
@@ -91,55 +160,59 @@ std::string baseline_to_json(const Baseline &b) {
 }
 
 bool baseline_from_json(const std::string &text, Baseline *out, std::string *err) {
-    json::Value v;
-    if (!json::parse(text, &v, err)) {
+    json v;
+    try {
+        v = json::parse(text);
+    } catch (const json::exception &e) {
+        *err = parse_error_text(e);
         return false;
     }
-    const json::Value *fmt = v.get("format");
-    if (fmt == nullptr || fmt->str != "twohop-rc-baseline") {
+    const json *fmt = get(v, "format");
+    if (fmt == nullptr || str(*fmt) != "twohop-rc-baseline") {
         *err = "not a twohop-rc baseline (\"format\" is missing or not \"twohop-rc-baseline\")";
         return false;
     }
     *out = Baseline{};
-    if (const json::Value *h = v.get("host"))
-        out->host = h->str;
-    if (const json::Value *t = v.get("recorded_unix"))
-        out->recorded_unix = (long long)t->num;
-    const json::Value *ports = v.get("ports");
-    if (ports == nullptr || ports->type != json::Value::Type::Array) {
+    if (const json *h = get(v, "host"))
+        out->host = str(*h);
+    if (const json *t = get(v, "recorded_unix"))
+        out->recorded_unix = integer(*t);
+    const json *ports = get(v, "ports");
+    if (ports == nullptr || !ports->is_array()) {
         *err = "\"ports\" is missing or not an array";
         return false;
     }
-    out->counters.has_rdma = !ports->arr.empty();
-    for (const json::Value &p : ports->arr) {
+    out->counters.has_rdma = !ports->empty();
+    for (const json &p : *ports) {
         PortSnapshot ps;
-        const json::Value *dev = p.get("device");
-        const json::Value *port = p.get("port");
-        if (dev == nullptr || port == nullptr || dev->str.empty()) {
+        const json *dev = get(p, "device");
+        const json *port = get(p, "port");
+        if (dev == nullptr || port == nullptr || str(*dev).empty()) {
             *err = "a \"ports\" entry lacks \"device\" or \"port\"";
             return false;
         }
-        ps.device = dev->str;
-        ps.port = static_cast<int>(port->num);
-        if (const json::Value *s = p.get("state"))
-            ps.state = s->str;
-        if (const json::Value *s = p.get("rate"))
-            ps.rate = s->str;
-        if (const json::Value *s = p.get("link_layer"))
-            ps.link_layer = s->str;
-        if (const json::Value *s = p.get("has_hw_counters"))
-            ps.has_hw_counters = s->b;
+        ps.device = str(*dev);
+        ps.port = static_cast<int>(integer(*port));
+        if (const json *s = get(p, "state"))
+            ps.state = str(*s);
+        if (const json *s = get(p, "rate"))
+            ps.rate = str(*s);
+        if (const json *s = get(p, "link_layer"))
+            ps.link_layer = str(*s);
+        if (const json *s = get(p, "has_hw_counters"))
+            ps.has_hw_counters = boolean(*s);
         for (int hw = 0; hw < 2; ++hw) {
-            const json::Value *c = p.get(hw ? "hw_counters" : "counters");
+            const json *c = get(p, hw ? "hw_counters" : "counters");
             if (c == nullptr)
                 continue;
             ps.has_counters = ps.has_counters || hw == 0;
-            for (const auto &kv : c->obj) {
+            if (!c->is_object())
+                continue;
+            for (const auto &kv : c->items()) { // sorted by name
                 CounterValue cv;
-                cv.name = kv.first;
+                cv.name = kv.key();
                 cv.hw = hw == 1;
-                cv.ok = kv.second.type == json::Value::Type::Number && kv.second.num >= 0;
-                cv.value = static_cast<std::uint64_t>(kv.second.num);
+                cv.ok = counter(kv.value(), &cv.value);
                 if (!cv.ok)
                     cv.error = "baseline value is not a non-negative number";
                 ps.counters.push_back(cv);
@@ -147,15 +220,18 @@ bool baseline_from_json(const std::string &text, Baseline *out, std::string *err
         }
         out->counters.ports.push_back(std::move(ps));
     }
-    if (const json::Value *prof = v.get("profile")) {
-        for (const json::Value &e : prof->arr) {
-            const json::Value *b = e.get("bytes");
-            const json::Value *l = e.get("avg_latency_us");
+    const json *prof = get(v, "profile");
+    if (prof != nullptr && prof->is_array()) {
+        for (const json &e : *prof) {
+            const json *b = get(e, "bytes");
+            const json *l = get(e, "avg_latency_us");
             if (b == nullptr || l == nullptr) {
                 *err = "a \"profile\" entry lacks \"bytes\" or \"avg_latency_us\"";
                 return false;
             }
-            out->profile.push_back({static_cast<std::uint64_t>(b->num), l->num});
+            std::uint64_t bytes = 0;
+            counter(*b, &bytes);
+            out->profile.push_back({bytes, num(*l)});
         }
     }
     return true;

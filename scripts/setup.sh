@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 pkgs=(build-essential meson ninja-build pkg-config openmpi-bin libopenmpi-dev libucx-dev
-      libgtest-dev googletest libhwloc-dev rdma-core libibverbs-dev gawk)
+      libgtest-dev googletest libhwloc-dev rdma-core libibverbs-dev gawk nlohmann-json3-dev)
 build=${BUILD_DIR:-build}
 
 missing=()

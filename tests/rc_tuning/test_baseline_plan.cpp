@@ -1,6 +1,5 @@
 /* Baseline JSON round trip and verdicts; plan recommendations. */
 #include "baseline.h"
-#include "json_lite.h"
 #include "rc_params.h"
 #include "rc_plan.h"
 #include "sysfs_tree.h"
@@ -30,16 +29,20 @@ TEST(Profile, ParsesAndRejectsBadLines) {
 }
 
 TEST(Json, ParsesWhatWeWriteAndReportsErrors) {
-    json::Value v;
+    Baseline b;
     std::string err;
-    ASSERT_TRUE(json::parse(R"({"a": [1, 2.5, "x\"y"], "b": {"c": true, "d": null}})", &v, &err));
-    EXPECT_EQ(v.get("a")->arr[2].str, "x\"y");
-    EXPECT_DOUBLE_EQ(v.get("a")->arr[1].num, 2.5);
-    EXPECT_TRUE(v.get("b")->get("c")->b);
-    EXPECT_FALSE(json::parse("{\"a\": 1,\n \"b\" 2}", &v, &err));
-    EXPECT_EQ(err, "line 2: expected ':'");
-    EXPECT_FALSE(json::parse("[1, 2", &v, &err));
-    EXPECT_FALSE(json::parse("{} x", &v, &err));
+    ASSERT_TRUE(baseline_from_json(R"({"format": "twohop-rc-baseline", "host": "x\"y", "ports": [],
+                                      "profile": [{"bytes": 8, "avg_latency_us": 2.5}], "d": null})",
+                                   &b, &err))
+        << err;
+    EXPECT_EQ(b.host, "x\"y");
+    ASSERT_EQ(b.profile.size(), 1u);
+    EXPECT_DOUBLE_EQ(b.profile[0].avg_latency_us, 2.5);
+    EXPECT_FALSE(baseline_from_json("{\"a\": 1,\n \"b\" 2}", &b, &err));
+    EXPECT_EQ(err, "line 2, column 6: syntax error while parsing object separator - unexpected "
+                   "number literal; expected ':'");
+    EXPECT_FALSE(baseline_from_json("[1, 2", &b, &err));
+    EXPECT_FALSE(baseline_from_json("{} x", &b, &err));
 }
 
 TEST(Baseline, RoundTripAndVerdicts) {
