@@ -564,7 +564,7 @@ static long long slot_count(const struct ctx *cx, int slot, int p, size_t ext) {
     case 6:
         return thr + 1; /* first count past it */
     default:
-        return (long long)(3 * DEFAULT_SEGMENT / ext + 7);
+        return (long long)(3 * cx->segment_bytes / ext + 7); /* three segments and a bit */
     }
 }
 
