@@ -296,6 +296,13 @@ static int twohop_allreduce(const void *sbuf, void *rbuf, int count, ompi_dataty
     if (why) return fallback(m, why, sbuf, rbuf, count, dtype, op);
     if (count == 0) return MPI_SUCCESS;
     const void *in = sbuf == MPI_IN_PLACE ? rbuf : sbuf;
+    if (OPAL_UNLIKELY(params.verbose >= 3)) {
+        opal_output_verbose(3, output_stream,
+                            "coll:twohop: comm %s: allreduce of %d x %zu bytes, %s %s%s",
+                            m->comm->c_name, count, red.item_bytes,
+                            red.op == TWOHOP_OP_USER ? "user type" : twohop_dtype_name(red.dtype),
+                            twohop_op_name(red.op), sbuf == MPI_IN_PLACE ? ", in place" : "");
+    }
     int rc = twohop_comm_allreduce(m->core, in, rbuf, (uint64_t)count, &red);
     __atomic_add_fetch(&served_calls, 1, __ATOMIC_RELAXED);
     if (rc != TWOHOP_OK) {
