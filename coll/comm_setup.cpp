@@ -7,7 +7,8 @@
  *   3     node leaders   create the node's shm segment (exclusive, 0600)      -> agree
  *   4     other ranks    attach to it                                          -> agree
  *   5     node leaders   unlink its name (nothing left in /dev/shm afterwards)
- *   6     all (>1 node)  UCX worker, exchange worker addresses, connect rail neighbours -> agree
+ *   6     all (>1 node)  UCX worker -> agree; if any rank lacks a cached endpoint (agreed),
+ *                        exchange worker addresses; connect rail neighbours -> agree
  * Each "agree" is a logical OR of failure flags, so every rank takes the same decision.
  */
 #include <algorithm>
@@ -106,33 +107,51 @@ std::string validate(const twohop_params &p) {
     return "";
 }
 
+/* Communicator rank of the right-hand neighbour on the rail of shard s. */
+int right_neighbour(const twohop_comm *c, int s) {
+    const std::vector<int> members = c->topo.rail(s);
+    return members[(c->topo.my_node + 1) % static_cast<int>(members.size())];
+}
+
+/*
+ * Connects this rank to the right-hand neighbour of every rail it is on. Worker addresses are
+ * exchanged (two allgathers) only when some rank lacks a cached endpoint, so a communicator
+ * over processes already connected (a dup or split of one set up before) exchanges nothing.
+ */
 int connect_rails(twohop_comm *c, const std::vector<RankInfo> &info, std::string *err) {
-    int rc;
-    // Address exchange: lengths first, then blobs padded to the longest one.
-    const auto &mine = c->worker->address();
-    const int p = c->topo.size;
-    uint64_t len = mine.size();
-    std::vector<uint64_t> lens(p);
-    if (c->host.allgather(c->host.ctx, &len, lens.data(), sizeof(len)) != 0) {
-        *err = "allgather of UCX address lengths failed";
-        return TWOHOP_ERR_HOST;
+    int missing = 0;
+    for (int s : c->my_shards) {
+        if (!c->worker->connected(info[right_neighbour(c, s)].proc_key)) missing = 1;
     }
-    const uint64_t maxlen = *std::max_element(lens.begin(), lens.end());
-    std::vector<uint8_t> padded(maxlen, 0), all(maxlen * p);
-    std::copy(mine.begin(), mine.end(), padded.begin());
-    if (c->host.allgather(c->host.ctx, padded.data(), all.data(), maxlen) != 0) {
-        *err = "allgather of UCX worker addresses failed";
-        return TWOHOP_ERR_HOST;
+    const int p = c->topo.size;
+    std::vector<uint64_t> lens(p, 0);
+    std::vector<uint8_t> all;
+    uint64_t maxlen = 0;
+    if (agree(c->host, missing)) {
+        // Address exchange: lengths first, then blobs padded to the longest one.
+        const auto &mine = c->worker->address();
+        uint64_t len = mine.size();
+        if (c->host.allgather(c->host.ctx, &len, lens.data(), sizeof(len)) != 0) {
+            *err = "allgather of UCX address lengths failed";
+            return TWOHOP_ERR_HOST;
+        }
+        maxlen = *std::max_element(lens.begin(), lens.end());
+        std::vector<uint8_t> padded(maxlen, 0);
+        all.resize(maxlen * p);
+        std::copy(mine.begin(), mine.end(), padded.begin());
+        if (c->host.allgather(c->host.ctx, padded.data(), all.data(), maxlen) != 0) {
+            *err = "allgather of UCX worker addresses failed";
+            return TWOHOP_ERR_HOST;
+        }
     }
     for (int s : c->my_shards) {
         twohop_rail rail;
         rail.shard = s;
-        const std::vector<int> members = c->topo.rail(s);
-        rail.n = static_cast<int>(members.size());
+        rail.n = c->topo.n_nodes();
         rail.pos = c->topo.my_node;
-        const int right = members[(rail.pos + 1) % rail.n];
-        rc = c->worker->connect(info[right].proc_key, &all[right * maxlen], lens[right],
-                                &rail.right, err);
+        const int right = right_neighbour(c, s);
+        const uint8_t *addr = all.empty() ? nullptr : &all[right * maxlen];
+        int rc = c->worker->connect(info[right].proc_key, addr, lens[right], &rail.right, err);
         if (rc != TWOHOP_OK) return rc;
         c->rails.push_back(rail);
     }
