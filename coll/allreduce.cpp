@@ -30,7 +30,7 @@
 #include "comm_state.h"
 #include "reducer.h"
 #include "segment_plan.h"
-#include "stream_copy.h"
+#include "memory_kind.h"
 
 using twohop::RankFlags;
 using twohop::Range;
@@ -135,7 +135,7 @@ int latency_path(twohop_comm *c, const char *sbuf, char *rbuf, uint64_t count,
     RankFlags &mine = c->shm.flags(me);
     int rc = s > uint64_t(c->depth) ? c->wait_all(kDone, s - c->depth) : TWOHOP_OK;
     if (rc != TWOHOP_OK) return rc;
-    std::memcpy(c->shm.slot(set, me), sbuf, bytes);
+    c->mem->to_shm(c->shm.slot(set, me), sbuf, bytes);
     mine.arrived.store(s, std::memory_order_release);
 
     if (c->topo.n_nodes() == 1) {
@@ -159,7 +159,7 @@ int latency_path(twohop_comm *c, const char *sbuf, char *rbuf, uint64_t count,
     } else if ((rc = c->wait_for(c->shm.flags(0).reduced, s)) != TWOHOP_OK) {
         return rc;
     }
-    std::memcpy(rbuf, c->shm.result(set), bytes);
+    c->mem->from_shm(rbuf, c->shm.result(set), bytes, false);
     mine.done.store(s, std::memory_order_release);
     return TWOHOP_OK;
 }
@@ -183,7 +183,7 @@ int pipeline_start(twohop_comm *c, const char *sbuf, const InFlight &f, const Re
     for (uint64_t sh = 0; sh < shards; ++sh) {
         if (c->topo.shard_owner(c->topo.my_node, static_cast<int>(sh)) == me) continue;
         const Range r = twohop::split_even(f.seg.count, shards, sh);
-        std::memcpy(c->shm.slot(set, me) + r.offset * ib, seg_in + r.offset * ib, r.count * ib);
+        c->mem->to_shm(c->shm.slot(set, me) + r.offset * ib, seg_in + r.offset * ib, r.count * ib);
     }
     c->shm.flags(me).arrived.store(f.s, std::memory_order_release);
     if ((rc = c->wait_all(kArrived, f.s)) != TWOHOP_OK) return rc;
@@ -231,11 +231,7 @@ int pipeline_finish(twohop_comm *c, char *rbuf, const InFlight &f, const Reducer
                                            static_cast<uint64_t>(sh));
         char *dst = rbuf + (f.seg.offset + r.offset) * ib;
         const char *src = c->shm.result(set) + r.offset * ib;
-        if (streaming) {
-            twohop::copy_streaming(dst, src, r.count * ib);
-        } else {
-            std::memcpy(dst, src, r.count * ib);
-        }
+        c->mem->from_shm(dst, src, r.count * ib, streaming);
     }
     mine.done.store(f.s, std::memory_order_release);
     return TWOHOP_OK;

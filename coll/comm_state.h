@@ -13,6 +13,7 @@
 #include <memory>
 #include <vector>
 
+#include "memory_kind.h"
 #include "node_shm.h"
 #include "rail_ring.h"
 #include "topology.h"
@@ -39,6 +40,7 @@ struct twohop_comm {
     uint32_t comm_id = 0;
     uint64_t seq = 0;             // segments processed on this communicator (same on all ranks)
     std::vector<int> my_shards;
+    const twohop::MemOps *mem = &twohop::mem_ops(twohop::MemoryKind::Host); // user buffers
 
     twohop::ucx::Worker *worker = nullptr; // non-null only with more than one node
     std::vector<twohop_rail> rails;        // one per owned shard (empty on one node)
