@@ -78,6 +78,7 @@ awk -v vn="$vnodes" '
     }
     function cell(v) { return v == "" ? "n/a" : v }
     function pct(a, b) {
+        if (a != "" && a + 0 < 0.005) return "-" # copy too short to time
         return (a == "" || b == "" || b + 0 == 0) ? "n/a" : sprintf("%.0f%%", 100 * a / b)
     }
     function ratio(a, b) {
