@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <unistd.h>
 
@@ -166,7 +167,9 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, c
                                  size_t whylen) {
     *out = nullptr;
     const twohop_params &prm = *a->params;
-    auto *c = new twohop_comm();
+    // Owned here until set-up succeeds; every early return releases it.
+    std::unique_ptr<twohop_comm> owner(new twohop_comm());
+    twohop_comm *c = owner.get();
     c->host = a->host;
     c->comm_id = a->comm_id;
 
@@ -182,7 +185,6 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, c
     if (agree(c->host, !vn_error.empty())) {
         set_why(why, whylen, vn_error.empty() ? "bad coll_twohop_virtual_nodes on another rank"
                                               : vn_error);
-        delete c;
         return TWOHOP_ERR_BAD_PARAM;
     }
     // 1. Exchange what each rank knows.
@@ -191,7 +193,6 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, c
     std::vector<RankInfo> info(a->size);
     if (a->host.allgather(a->host.ctx, &me, info.data(), sizeof(RankInfo)) != 0) {
         set_why(why, whylen, "allgather of rank information failed");
-        delete c;
         return TWOHOP_ERR_HOST;
     }
     // 2. Topology and parameters (decided from allgathered data only: same on every rank).
@@ -204,14 +205,12 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, c
             info[r].depth != info[0].depth || info[r].post_batch != info[0].post_batch) {
             set_why(why, whylen, "coll_twohop_* algorithm parameters differ between ranks 0 and " +
                                      std::to_string(r));
-            delete c;
-            return TWOHOP_ERR_BAD_PARAM;
+                return TWOHOP_ERR_BAD_PARAM;
         }
     }
     std::string bad = validate(prm);
     if (!bad.empty()) {
         set_why(why, whylen, bad);
-        delete c;
         return TWOHOP_ERR_BAD_PARAM;
     }
     c->depth = prm.pipeline_depth;
@@ -236,13 +235,11 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, c
     if (agree(c->host, failed)) {
         set_why(why, whylen, err.empty() ? "shared-memory segment creation failed on another rank"
                                          : err);
-        delete c;
         return TWOHOP_ERR_NO_MEMORY;
     }
     failed = is_leader ? 0 : !c->shm.attach(name, layout, &err);
     if (agree(c->host, failed)) {
         set_why(why, whylen, err.empty() ? "shared-memory attach failed on another rank" : err);
-        delete c;
         return TWOHOP_ERR_NO_MEMORY;
     }
     c->shm.unlink();
@@ -255,14 +252,12 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, c
                                                                &c->worker, &err);
         if (agree(c->host, rc != TWOHOP_OK)) {
             set_why(why, whylen, err.empty() ? "UCX start-up failed on another rank" : err);
-            delete c;
-            return TWOHOP_ERR_TRANSPORT;
+                return TWOHOP_ERR_TRANSPORT;
         }
         rc = connect_rails(c, info, &err);
         if (agree(c->host, rc != TWOHOP_OK)) {
             set_why(why, whylen, err.empty() ? "hop-2 connection failed on another rank" : err);
-            delete c;
-            return TWOHOP_ERR_TRANSPORT;
+                return TWOHOP_ERR_TRANSPORT;
         }
     }
     if (c->host.log) {
@@ -275,7 +270,7 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, c
                       static_cast<unsigned long long>(layout.total_bytes()));
         c->host.log(2, msg);
     }
-    *out = c;
+    *out = owner.release();
     return TWOHOP_OK;
 }
 
