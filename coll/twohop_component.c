@@ -22,7 +22,6 @@
 #include "ompi/mca/coll/coll.h"
 #include "ompi/op/op.h"
 #include "ompi/proc/proc.h"
-#include "ompi/runtime/mpiruntime.h"
 #include "opal/mca/base/mca_base_pvar.h"
 #include "opal/runtime/opal_progress.h"
 #include "opal/util/output.h"
@@ -46,6 +45,10 @@ static int output_stream = -1;
 static unsigned long long served_calls;   /* pvar coll_twohop_allreduce_calls */
 static unsigned long long fallback_calls; /* pvar coll_twohop_fallback_calls */
 static struct twohop_rc_report *rc_report;  /* port counters at MPI_Init (rc_report=1) */
+/* MPI_THREAD_MULTIPLE was granted, as told at init_query. Recorded then because Open MPI 4.1's
+ * MPI_T_init_thread() later overwrites the process's thread level (ompi_mpi_thread_provided,
+ * MPI_Query_thread) with the level asked for MPI_T. */
+static bool mpi_threads;
 
 typedef struct twohop_module {
     mca_coll_base_module_t super;
@@ -238,7 +241,7 @@ static int setup(twohop_module *m) {
     a.rank = ompi_comm_rank(m->comm);
     a.size = ompi_comm_size(m->comm);
     a.comm_id = ompi_comm_get_cid(m->comm);
-    a.thread_multiple = ompi_mpi_thread_provided == MPI_THREAD_MULTIPLE;
+    a.thread_multiple = mpi_threads;
     a.host_key = fnv1a(opal_process_info.nodename);
     a.virtual_nodes = params.virtual_nodes;
     a.world_rank = ompi_comm_rank(&ompi_mpi_comm_world.comm);
@@ -347,7 +350,7 @@ static mca_coll_base_module_t *twohop_comm_query(ompi_communicator_t *comm, int 
 
 static int twohop_init_query(bool enable_progress_threads, bool enable_mpi_threads) {
     (void)enable_progress_threads;
-    (void)enable_mpi_threads;
+    mpi_threads = enable_mpi_threads;
     /* The first rank of each node snapshots the InfiniBand port counters for the job report. */
     if (params.rc_report && rc_report == NULL && opal_process_info.my_local_rank == 0) {
         rc_report = twohop_rc_report_begin(NULL, NULL);

@@ -49,7 +49,11 @@ static int find_pvar(const char *want, char *why, size_t why_len) {
 bool twohop_pvars_open(struct twohop_pvars *pv) {
     memset(pv, 0, sizeof *pv);
     int provided;
-    if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS) {
+    /* Ask MPI_T for the level MPI runs at: Open MPI 4.1's MPI_T_init_thread overwrites the
+     * process's MPI thread level with the one requested here. */
+    int level = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&level);
+    if (MPI_T_init_thread(level, &provided) != MPI_SUCCESS) {
         snprintf(pv->why, sizeof pv->why, "MPI_T_init_thread failed");
         return false;
     }

@@ -83,25 +83,15 @@ int Worker::instance(const ConfigPairs &config, bool thread_multi, Worker **out,
     ucp_worker_params_t wp;
     std::memset(&wp, 0, sizeof(wp));
     wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-    wp.thread_mode = thread_multi ? UCS_THREAD_MODE_MULTI : UCS_THREAD_MODE_SINGLE;
+    // UCX's own locking is not relied on (see worker.h): the worker is used under mt_mutex_.
+    wp.thread_mode = thread_multi ? UCS_THREAD_MODE_SERIALIZED : UCS_THREAD_MODE_SINGLE;
     s = ucp_worker_create(w->context_, &wp, &w->worker_);
     if (s != UCS_OK) {
         *err = describe("ucp_worker_create", s);
         delete w;
         return TWOHOP_ERR_TRANSPORT;
     }
-    if (thread_multi) { // UCX may grant less than asked: then twohop must not share it
-        ucp_worker_attr_t attr;
-        std::memset(&attr, 0, sizeof(attr));
-        attr.field_mask = UCP_WORKER_ATTR_FIELD_THREAD_MODE;
-        s = ucp_worker_query(w->worker_, &attr);
-        if (s != UCS_OK || attr.thread_mode != UCS_THREAD_MODE_MULTI) {
-            *err = "ucx: worker is not thread-safe (UCS_THREAD_MODE_MULTI not granted) under "
-                   "MPI_THREAD_MULTIPLE";
-            delete w;
-            return TWOHOP_ERR_TRANSPORT;
-        }
-    }
+    w->mt_ = thread_multi;
     ucp_address_t *addr = nullptr;
     size_t len = 0;
     s = ucp_worker_get_address(w->worker_, &addr, &len);
@@ -150,6 +140,8 @@ void Worker::on_ep_error(void *arg, ucp_ep_h, ucs_status_t) {
 int Worker::connect(uint64_t peer_key, const uint8_t *addr, std::size_t len, ucp_ep_h *ep,
                     std::string *err) {
     std::lock_guard<std::mutex> lock(eps_mutex_);
+    std::unique_lock<std::mutex> mt_lock(mt_mutex_, std::defer_lock);
+    if (mt_) mt_lock.lock();
     auto it = eps_.find(peer_key);
     if (it != eps_.end()) {
         *ep = it->second;
@@ -176,7 +168,15 @@ int Worker::connect(uint64_t peer_key, const uint8_t *addr, std::size_t len, ucp
     return TWOHOP_OK;
 }
 
+bool Worker::progress() {
+    if (!mt_) return ucp_worker_progress(worker_) != 0;
+    std::unique_lock<std::mutex> lock(mt_mutex_, std::try_to_lock);
+    return lock.owns_lock() && ucp_worker_progress(worker_) != 0;
+}
+
 int Worker::send(ucp_ep_h ep, const void *buf, std::size_t bytes, uint64_t tag, Request *r) {
+    std::unique_lock<std::mutex> lock(mt_mutex_, std::defer_lock);
+    if (mt_) lock.lock();
     r->done = false;
     r->status = UCS_OK;
     ucp_request_param_t p;
@@ -188,6 +188,8 @@ int Worker::send(ucp_ep_h ep, const void *buf, std::size_t bytes, uint64_t tag, 
 }
 
 int Worker::recv(void *buf, std::size_t bytes, uint64_t tag, Request *r) {
+    std::unique_lock<std::mutex> lock(mt_mutex_, std::defer_lock);
+    if (mt_) lock.lock();
     r->done = false;
     r->status = UCS_OK;
     r->received = 0;

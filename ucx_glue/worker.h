@@ -5,9 +5,10 @@
  * process, kept across communicators and released at finalize.
  *
  * Messages use the UCP tag API. Every wait loop in twohop calls Worker::progress().
- * Thread model: UCS_THREAD_MODE_SINGLE, or UCS_THREAD_MODE_MULTI when the application runs
- * MPI_THREAD_MULTIPLE (allreduces on different communicators may then run concurrently);
- * creation and the endpoint cache are guarded by a mutex.
+ * Thread model: under MPI_THREAD_MULTIPLE (allreduces on different communicators may run
+ * concurrently) every UCX call on the worker is serialised by this class's own mutex: a UCX
+ * built without --enable-mt (Debian's) reports UCS_THREAD_MODE_MULTI from ucp_worker_query but
+ * compiles its locks out. Creation and the endpoint cache are guarded too.
  */
 #ifndef TWOHOP_UCX_WORKER_H
 #define TWOHOP_UCX_WORKER_H
@@ -71,8 +72,9 @@ class Worker {
     int send(ucp_ep_h ep, const void *buf, std::size_t bytes, uint64_t tag, Request *r);
     /* Posts a tagged receive matching `tag` exactly, into buf of capacity `bytes`. */
     int recv(void *buf, std::size_t bytes, uint64_t tag, Request *r);
-    /* Drives UCX; returns true when some event was processed. */
-    bool progress() { return ucp_worker_progress(worker_) != 0; }
+    /* Drives UCX; returns true when some event was processed. Under MPI_THREAD_MULTIPLE a
+     * thread that finds another one progressing returns at once (that one serves both). */
+    bool progress();
     /* True once any endpoint reported an error (a failed peer): waits must give up. */
     bool peer_failed() const { return peer_failed_.load(std::memory_order_relaxed); }
 
@@ -87,6 +89,8 @@ class Worker {
     std::unordered_map<uint64_t, ucp_ep_h> eps_;
     std::atomic<bool> peer_failed_{false};
     std::mutex eps_mutex_;
+    bool mt_ = false;       // serialise UCX calls with mt_mutex_ (MPI_THREAD_MULTIPLE)
+    std::mutex mt_mutex_;
 };
 
 } // namespace ucx
