@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "comm_state.h"
-#include "rc_api.h"
+#include "rc_settings.h"
 #include "segment_plan.h"
 #include "virtual_nodes.h"
 
@@ -48,27 +48,6 @@ int agree(const twohop_host &h, int failed) {
     return flag;
 }
 
-/* The RC knobs of the parameter table, as rc_tuning's settings (same names, same types). */
-twohop_rc_settings rc_settings(const twohop_params &p) {
-    twohop_rc_settings s = TWOHOP_RC_SETTINGS_INIT;
-    s.rc_path_mtu = p.rc_path_mtu;
-    s.rc_timeout = p.rc_timeout;
-    s.rc_timeout_us = p.rc_timeout_us;
-    s.rc_retry_count = p.rc_retry_count;
-    s.rc_rnr_timer = p.rc_rnr_timer;
-    s.rc_rnr_retry = p.rc_rnr_retry;
-    s.rc_tx_queue_len = p.rc_tx_queue_len;
-    s.rc_rx_queue_len = p.rc_rx_queue_len;
-    s.rc_tx_cq_moderation = p.rc_tx_cq_moderation;
-    s.rc_num_paths = p.rc_num_paths;
-    s.rc_sl = p.rc_sl;
-    s.rc_traffic_class = p.rc_traffic_class;
-    s.rc_adaptive_routing = p.rc_adaptive_routing;
-    s.rc_stagger = p.rc_stagger;
-    s.rc_report = p.rc_report;
-    return s;
-}
-
 void collect_pair(const char *name, const char *value, void *arg) {
     static_cast<twohop::ucx::ConfigPairs *>(arg)->emplace_back(name, value);
 }
@@ -80,7 +59,7 @@ void collect_pair(const char *name, const char *value, void *arg) {
  */
 int ucx_config(const twohop_comm *c, const twohop_params &p, twohop::ucx::ConfigPairs *out,
                std::string *err) {
-    const twohop_rc_settings s = rc_settings(p);
+    const twohop_rc_settings s = twohop_rc_from_params(&p);
     char msg[512] = "";
     int rc = twohop_rc_ucx_pairs(&s, c->topo.local_rank, c->topo.local_size(), collect_pair,
                                  out, msg, sizeof(msg));

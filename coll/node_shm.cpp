@@ -50,10 +50,7 @@ bool NodeShm::create(const std::string &name, const ShmLayout &layout, std::stri
     }
     if (!map(fd, err)) return false;
     for (int l = 0; l < layout.local_size; ++l) {
-        new (&flags(l)) RankFlags{};
-        flags(l).arrived.store(0, std::memory_order_relaxed);
-        flags(l).reduced.store(0, std::memory_order_relaxed);
-        flags(l).done.store(0, std::memory_order_relaxed);
+        new (&flags(l)) RankFlags{}; // value-initialised: every counter 0
     }
     std::atomic_thread_fence(std::memory_order_release);
     return true;

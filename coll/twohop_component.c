@@ -27,7 +27,7 @@
 #include "opal/util/output.h"
 #include "opal/util/proc.h"
 
-#include "rc_api.h"
+#include "rc_settings.h"
 #include "twohop_core.h"
 
 #if OMPI_MAJOR_VERSION >= 5
@@ -435,15 +435,7 @@ static int twohop_open(void) {
     }
     /* Invalid RC values are reported loudly here; the decision to fall back is taken
      * collectively at communicator set-up (a per-rank decline could deadlock). */
-    struct twohop_rc_settings rc = TWOHOP_RC_SETTINGS_INIT;
-#define TWOHOP_RC_COPY(f) rc.f = params.f;
-    TWOHOP_RC_COPY(rc_path_mtu) TWOHOP_RC_COPY(rc_timeout) TWOHOP_RC_COPY(rc_timeout_us)
-    TWOHOP_RC_COPY(rc_retry_count) TWOHOP_RC_COPY(rc_rnr_timer) TWOHOP_RC_COPY(rc_rnr_retry)
-    TWOHOP_RC_COPY(rc_tx_queue_len) TWOHOP_RC_COPY(rc_rx_queue_len)
-    TWOHOP_RC_COPY(rc_tx_cq_moderation) TWOHOP_RC_COPY(rc_num_paths) TWOHOP_RC_COPY(rc_sl)
-    TWOHOP_RC_COPY(rc_traffic_class) TWOHOP_RC_COPY(rc_adaptive_routing)
-    TWOHOP_RC_COPY(rc_stagger)
-#undef TWOHOP_RC_COPY
+    struct twohop_rc_settings rc = twohop_rc_from_params(&params);
     char err[512];
     if (twohop_rc_validate(&rc, err, sizeof(err)) != TWOHOP_RC_OK) {
         opal_output(0, "coll:twohop: %s; multi-node communicators will fall back", err);
