@@ -25,7 +25,12 @@
  * Every element is reduced once, by its shard owner, in a fixed order, then in ring order:
  * the result is bitwise identical on all ranks and repeatable for the same topology.
  */
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
 #include <cstring>
+#include <string>
 
 #include "comm_state.h"
 #include "reducer.h"
@@ -36,6 +41,11 @@ using twohop::RankFlags;
 using twohop::Range;
 using twohop::Reducer;
 
+namespace {
+using Clock = std::chrono::steady_clock;
+constexpr auto kLivenessPeriod = std::chrono::milliseconds(100);
+} // namespace
+
 int twohop_comm::poll() {
     int rc = TWOHOP_OK;
     if (worker) {
@@ -44,21 +54,51 @@ int twohop_comm::poll() {
             bool fin;
             if (r.active()) {
                 int e = r.advance(&fin);
-                if (e != TWOHOP_OK) rc = e;
+                if (e != TWOHOP_OK && rc == TWOHOP_OK) rc = e;
             }
         }
-        if (rc == TWOHOP_OK && worker->peer_failed()) rc = TWOHOP_ERR_TRANSPORT;
     }
     host.progress();
-    return rc;
+    if (rc != TWOHOP_OK) return rc;
+    // A local peer that failed its part of the call told us through the control block.
+    for (int i = 0; i < topo.local_size(); ++i) {
+        if (i != topo.local_rank && shm.flags(i).failed.load(std::memory_order_acquire)) {
+            return TWOHOP_ERR_PEER;
+        }
+    }
+    const auto now = Clock::now();
+    if (now >= next_liveness) {
+        next_liveness = now + kLivenessPeriod;
+        for (size_t i = 0; i < local_pids.size(); ++i) {
+            if (local_pids[i] > 0 && kill(static_cast<pid_t>(local_pids[i]), 0) != 0 &&
+                errno == ESRCH) {
+                return TWOHOP_ERR_PEER;
+            }
+        }
+        for (const auto &rail : rails) {
+            if (rail.right->failed.load(std::memory_order_acquire) ||
+                rail.left->failed.load(std::memory_order_acquire)) {
+                return TWOHOP_ERR_TRANSPORT;
+            }
+        }
+    }
+    return TWOHOP_OK;
 }
 
 int twohop_comm::wait_for(const std::atomic<uint64_t> &flag, uint64_t target) {
     unsigned spins = 0;
+    Clock::time_point start{};
     while (flag.load(std::memory_order_acquire) < target) {
         if (++spins % 16 == 0) {
             int rc = poll();
             if (rc != TWOHOP_OK) return rc;
+            if (timeout_s > 0) {
+                const auto now = Clock::now();
+                if (spins == 16) start = now;
+                if (std::chrono::duration<double>(now - start).count() > timeout_s) {
+                    return TWOHOP_ERR_TIMEOUT;
+                }
+            }
         }
     }
     return TWOHOP_OK;
@@ -70,6 +110,16 @@ int twohop_comm::wait_all(std::atomic<uint64_t> RankFlags::*which, uint64_t targ
         if (rc != TWOHOP_OK) return rc;
     }
     return TWOHOP_OK;
+}
+
+void twohop_comm::fail(int status, const std::string &why) {
+    for (auto &r : rings) {
+        if (r.active() && !r.cancel(1.0)) quarantined = true;
+    }
+    shm.flags(topo.local_rank).failed.store(static_cast<uint64_t>(status),
+                                             std::memory_order_release);
+    poisoned = status;
+    failure = why;
 }
 
 namespace {
@@ -126,40 +176,102 @@ int finish_rings(twohop_comm *c, int set) {
     return TWOHOP_OK;
 }
 
-int latency_path(twohop_comm *c, const char *sbuf, char *rbuf, uint64_t count,
-                 const Reducer &red) {
+/* Canonical bytes [off, off + len) of the user's input into dst (shared memory). */
+int read_in(twohop_comm *c, const twohop_userbuf &b, char *dst, uint64_t off, uint64_t len) {
+    if (len == 0) return TWOHOP_OK;
+    if (b.direct) {
+        c->mem->to_shm(dst, b.direct + off, len);
+        return TWOHOP_OK;
+    }
+    return b.read(b.ctx, dst, off, len) == 0 ? TWOHOP_OK : TWOHOP_ERR_HOST;
+}
+
+/* src (shared or private memory) into canonical bytes [off, off + len) of the user's output. */
+int write_out(twohop_comm *c, const twohop_userbuf &b, uint64_t off, const char *src,
+              uint64_t len, bool streaming) {
+    if (len == 0) return TWOHOP_OK;
+    if (b.direct) {
+        c->mem->from_shm(b.direct + off, src, len, streaming);
+        return TWOHOP_OK;
+    }
+    return b.write(b.ctx, src, off, len) == 0 ? TWOHOP_OK : TWOHOP_ERR_HOST;
+}
+
+/*
+ * The word local ranks compare before using each other's inputs: message bytes and item size
+ * (ranks must agree on both; a user op with another count of the same signature differs in
+ * item size). Odd multiplier from the 64-bit golden ratio (Knuth, TAOCP vol. 3, 6.4).
+ */
+uint64_t call_word(uint64_t msg_bytes, uint64_t item_bytes) {
+    return msg_bytes * 0x9E3779B97F4A7C15ULL ^ item_bytes;
+}
+
+/* Publishes my input of segment s (set `set`) after recording the call's message size. */
+void publish_arrived(twohop_comm *c, int set, uint64_t s, uint64_t word) {
+    RankFlags &mine = c->shm.flags(c->topo.local_rank);
+    mine.bytes[set].store(word, std::memory_order_relaxed);
+    mine.arrived.store(s, std::memory_order_release);
+}
+
+/* Waits until every local rank's input of s arrived; their call words must equal mine. */
+int wait_arrived(twohop_comm *c, int set, uint64_t s, uint64_t word) {
+    int rc = c->wait_all(kArrived, s);
+    if (rc != TWOHOP_OK) return rc;
+    for (int i = 0; i < c->topo.local_size(); ++i) {
+        if (c->shm.flags(i).bytes[set].load(std::memory_order_relaxed) != word) {
+            return TWOHOP_ERR_MISMATCH;
+        }
+    }
+    return TWOHOP_OK;
+}
+
+int latency_path(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out,
+                 uint64_t count, const Reducer &red) {
     const uint64_t s = ++c->seq;
     const int set = static_cast<int>(s % c->depth);
     const uint64_t bytes = count * red.item_bytes();
     const int me = c->topo.local_rank;
     RankFlags &mine = c->shm.flags(me);
     int rc = s > uint64_t(c->depth) ? c->wait_all(kDone, s - c->depth) : TWOHOP_OK;
+    if (rc == TWOHOP_OK) rc = read_in(c, in, c->shm.slot(set, me), 0, bytes);
     if (rc != TWOHOP_OK) return rc;
-    c->mem->to_shm(c->shm.slot(set, me), sbuf, bytes);
-    mine.arrived.store(s, std::memory_order_release);
+    const uint64_t word = call_word(bytes, red.item_bytes());
+    publish_arrived(c, set, s, word);
 
     if (c->topo.n_nodes() == 1) {
-        rc = c->wait_all(kArrived, s);
-        if (rc == TWOHOP_OK) rc = reduce_slots(c, set, 0, count, rbuf, red);
+        rc = wait_arrived(c, set, s, word);
+        if (rc != TWOHOP_OK) return rc;
+        if (out.direct) {
+            rc = reduce_slots(c, set, 0, count, out.direct, red);
+        } else {
+            if (c->private_out.size() < bytes) c->private_out.resize(c->slot_bytes);
+            rc = reduce_slots(c, set, 0, count, c->private_out.data(), red);
+            if (rc == TWOHOP_OK) rc = write_out(c, out, 0, c->private_out.data(), bytes, false);
+        }
+        if (rc != TWOHOP_OK) return rc;
         mine.done.store(s, std::memory_order_release);
-        return rc;
+        return TWOHOP_OK;
     }
     if (me == 0) { // node leader: owner of shard 0 on every node, i.e. the rail of shard 0
-        rc = c->wait_all(kArrived, s);
+        rc = wait_arrived(c, set, s, word);
         if (rc == TWOHOP_OK) rc = reduce_slots(c, set, 0, count, c->shm.result(set), red);
         if (rc == TWOHOP_OK) {
             twohop::RingOp &ring = c->rings[set * c->rails.size()];
             const twohop_rail &rail = c->rails[0];
-            rc = ring.start(c->worker, rail.right, rail.n, rail.pos, c->shm.result(set), count,
-                            &red, c->ring_scratch(set, 0), c->rail_tag(s, 0));
+            rc = ring.start(c->worker, rail.right, rail.left, rail.n, rail.pos,
+                            c->shm.result(set), count, &red, c->ring_scratch(set, 0),
+                            c->rail_tag(s, 0));
         }
         if (rc == TWOHOP_OK) rc = finish_rings(c, set);
-        if (rc != TWOHOP_OK) return rc; // the job is broken: peers see the failure too
+        if (rc != TWOHOP_OK) return rc;
         mine.reduced.store(s, std::memory_order_release);
     } else if ((rc = c->wait_for(c->shm.flags(0).reduced, s)) != TWOHOP_OK) {
         return rc;
+    } else if (c->shm.flags(0).bytes[set].load(std::memory_order_relaxed) != word) {
+        return TWOHOP_ERR_MISMATCH;
     }
-    c->mem->from_shm(rbuf, c->shm.result(set), bytes, false);
+    rc = write_out(c, out, 0, c->shm.result(set), bytes, false);
+    if (rc != TWOHOP_OK) return rc;
     mine.done.store(s, std::memory_order_release);
     return TWOHOP_OK;
 }
@@ -171,35 +283,42 @@ struct InFlight {
     Range seg;
 };
 
-int pipeline_start(twohop_comm *c, const char *sbuf, const InFlight &f, const Reducer &red) {
+int pipeline_start(twohop_comm *c, const twohop_userbuf &in, uint64_t word,
+                   const InFlight &f, const Reducer &red) {
     const int set = static_cast<int>(f.s % c->depth);
     const uint64_t ib = red.item_bytes();
     const int me = c->topo.local_rank;
     int rc = f.s > uint64_t(c->depth) ? c->wait_all(kDone, f.s - c->depth) : TWOHOP_OK;
     if (rc != TWOHOP_OK) return rc;
-    // Copy in only the shards other ranks reduce; my own shards are read from sbuf directly.
+    // Copy in the shards other ranks reduce; my own shards are read from the input directly
+    // when its layout is the canonical one (else they are copied too).
     const uint64_t shards = static_cast<uint64_t>(c->topo.n_shards());
-    const char *seg_in = sbuf + f.seg.offset * ib;
+    const uint64_t seg_off = f.seg.offset * ib;
+    char *my_slot = c->shm.slot(set, me);
     for (uint64_t sh = 0; sh < shards; ++sh) {
-        if (c->topo.shard_owner(c->topo.my_node, static_cast<int>(sh)) == me) continue;
+        if (in.direct && c->topo.shard_owner(c->topo.my_node, static_cast<int>(sh)) == me) {
+            continue;
+        }
         const Range r = twohop::split_even(f.seg.count, shards, sh);
-        c->mem->to_shm(c->shm.slot(set, me) + r.offset * ib, seg_in + r.offset * ib, r.count * ib);
+        rc = read_in(c, in, my_slot + r.offset * ib, seg_off + r.offset * ib, r.count * ib);
+        if (rc != TWOHOP_OK) return rc;
     }
-    c->shm.flags(me).arrived.store(f.s, std::memory_order_release);
-    if ((rc = c->wait_all(kArrived, f.s)) != TWOHOP_OK) return rc;
+    publish_arrived(c, set, f.s, word);
+    if ((rc = wait_arrived(c, set, f.s, word)) != TWOHOP_OK) return rc;
 
     int posted = 0;
     for (size_t i = 0; i < c->my_shards.size(); ++i) {
         const int sh = c->my_shards[i];
         const Range r = twohop::split_even(f.seg.count, shards, static_cast<uint64_t>(sh));
         char *out = c->shm.result(set) + r.offset * ib;
-        rc = reduce_slots(c, set, r.offset * ib, r.count, out, red, seg_in + r.offset * ib,
+        const char *own = in.direct ? in.direct + seg_off + r.offset * ib : nullptr;
+        rc = reduce_slots(c, set, r.offset * ib, r.count, out, red, own,
                           c->topo.shard_owner(c->topo.my_node, sh));
         if (rc != TWOHOP_OK) return rc;
         if (c->rails.empty() || r.count == 0) continue;
         const twohop_rail &rail = c->rails[i];
-        rc = c->rings[set * c->rails.size() + i].start(c->worker, rail.right, rail.n, rail.pos,
-                                                       out, r.count, &red,
+        rc = c->rings[set * c->rails.size() + i].start(c->worker, rail.right, rail.left, rail.n,
+                                                       rail.pos, out, r.count, &red,
                                                        c->ring_scratch(set, i),
                                                        c->rail_tag(f.s, sh));
         if (rc != TWOHOP_OK) return rc;
@@ -210,8 +329,8 @@ int pipeline_start(twohop_comm *c, const char *sbuf, const InFlight &f, const Re
     return TWOHOP_OK;
 }
 
-int pipeline_finish(twohop_comm *c, char *rbuf, const InFlight &f, const Reducer &red,
-                    bool streaming) {
+int pipeline_finish(twohop_comm *c, const twohop_userbuf &out, const InFlight &f,
+                    const Reducer &red, bool streaming) {
     const int set = static_cast<int>(f.s % c->depth);
     const uint64_t ib = red.item_bytes();
     const int node = c->topo.my_node;
@@ -229,53 +348,85 @@ int pipeline_finish(twohop_comm *c, char *rbuf, const InFlight &f, const Reducer
         if (rc != TWOHOP_OK) return rc;
         const Range r = twohop::split_even(f.seg.count, static_cast<uint64_t>(shards),
                                            static_cast<uint64_t>(sh));
-        char *dst = rbuf + (f.seg.offset + r.offset) * ib;
-        const char *src = c->shm.result(set) + r.offset * ib;
-        c->mem->from_shm(dst, src, r.count * ib, streaming);
+        rc = write_out(c, out, (f.seg.offset + r.offset) * ib, c->shm.result(set) + r.offset * ib,
+                       r.count * ib, streaming);
+        if (rc != TWOHOP_OK) return rc;
     }
     mine.done.store(f.s, std::memory_order_release);
     return TWOHOP_OK;
 }
 
-int pipeline_path(twohop_comm *c, const char *sbuf, char *rbuf, uint64_t count,
-                  const Reducer &red) {
+int pipeline_path(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out,
+                  uint64_t count, const Reducer &red) {
     const uint64_t seg_items = twohop::segment_items(c->slot_bytes, red.item_bytes());
     const uint64_t nseg = twohop::segment_count(count, seg_items);
-    const bool streaming = c->stream_bytes != 0 && count * red.item_bytes() >= c->stream_bytes;
+    const uint64_t msg_bytes = count * red.item_bytes();
+    const uint64_t word = call_word(msg_bytes, red.item_bytes());
+    const bool streaming = c->stream_bytes != 0 && msg_bytes >= c->stream_bytes;
     // Segments in flight, oldest first: a fixed ring (depth <= kMaxDepth), no allocation.
     InFlight window[kMaxDepth];
     uint64_t first = 0, next = 0; // window holds segments [first, next)
     for (uint64_t k = 0; k < nseg; ++k) {
         if (next - first == static_cast<uint64_t>(c->depth)) {
-            int rc = pipeline_finish(c, rbuf, window[first++ % kMaxDepth], red, streaming);
+            int rc = pipeline_finish(c, out, window[first++ % kMaxDepth], red, streaming);
             if (rc != TWOHOP_OK) return rc;
         }
         InFlight &f = window[next++ % kMaxDepth];
         f = InFlight{++c->seq, twohop::segment_range(count, seg_items, k)};
-        int rc = pipeline_start(c, sbuf, f, red);
+        int rc = pipeline_start(c, in, word, f, red);
         if (rc != TWOHOP_OK) return rc;
     }
     while (first < next) {
-        int rc = pipeline_finish(c, rbuf, window[first++ % kMaxDepth], red, streaming);
+        int rc = pipeline_finish(c, out, window[first++ % kMaxDepth], red, streaming);
         if (rc != TWOHOP_OK) return rc;
     }
     return TWOHOP_OK;
 }
 
+const char *describe(int rc) {
+    switch (rc) {
+    case TWOHOP_ERR_PEER:
+        return "a rank on this node failed its part of the call, or its process is gone";
+    case TWOHOP_ERR_TIMEOUT: return "no progress within coll_twohop_timeout seconds";
+    case TWOHOP_ERR_MISMATCH:
+        return "ranks passed different message sizes (count x datatype size must be the "
+               "same on every rank)";
+    case TWOHOP_ERR_TRANSPORT:
+        return "hop-2 transfer failed (a rank on another node is gone, or the network failed)";
+    case TWOHOP_ERR_REDUCE: return "the user-defined reduction reported an error";
+    case TWOHOP_ERR_HOST: return "converting the datatype layout of a user buffer failed";
+    case TWOHOP_ERR_NO_MEMORY: return "out of memory";
+    default: return "internal error";
+    }
+}
+
 } // namespace
 
-extern "C" int twohop_comm_allreduce(twohop_comm *c, const void *sbuf, void *rbuf,
-                                     uint64_t count, const twohop_reduction *red) {
+extern "C" int twohop_comm_allreduce(twohop_comm *c, const twohop_userbuf *in,
+                                     const twohop_userbuf *out, uint64_t count,
+                                     const twohop_reduction *red, char *why, size_t whylen) {
+    if (c->poisoned != TWOHOP_OK) {
+        if (why && whylen) {
+            std::snprintf(why, whylen, "an earlier twohop allreduce on this communicator failed "
+                          "(%s); the communicator is unusable", c->failure.c_str());
+        }
+        return TWOHOP_ERR_POISONED;
+    }
     if (count == 0) return TWOHOP_OK;
     const Reducer reducer(*red);
-    const auto *in = static_cast<const char *>(sbuf);
-    auto *out = static_cast<char *>(rbuf);
     // The path must be the same on every rank: scale by the largest node's rank count (the
     // shard count), not by this node's.
     const uint64_t bytes = count * red->item_bytes;
+    int rc;
     if (bytes <= c->slot_bytes &&
         bytes * static_cast<uint64_t>(c->topo.n_shards()) <= c->small_bytes) {
-        return latency_path(c, in, out, count, reducer);
+        rc = latency_path(c, *in, *out, count, reducer);
+    } else {
+        rc = pipeline_path(c, *in, *out, count, reducer);
     }
-    return pipeline_path(c, in, out, count, reducer);
+    if (rc != TWOHOP_OK) {
+        c->fail(rc, describe(rc));
+        if (why && whylen) std::snprintf(why, whylen, "%s", describe(rc));
+    }
+    return rc;
 }

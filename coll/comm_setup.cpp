@@ -1,73 +1,100 @@
 /*
- * twohop_comm_setup: the collective set-up of one communicator, on its first allreduce.
+ * twohop_comm_setup: the collective set-up of one communicator, on its first allreduce. All
+ * traffic is point-to-point with twohop's private tag (setup_exchange.h).
  *
  *   step  who            what
- *   1     all            allgather {node key, process key, pid, token, parameters}
- *   2     all            build the topology; check parameters are valid and equal everywhere
- *   3     node leaders   create the node's shm segment (exclusive, 0600)      -> agree
- *   4     other ranks    attach to it                                          -> agree
- *   5     node leaders   unlink its name (nothing left in /dev/shm afterwards)
- *   6     all (>1 node)  UCX worker -> agree; if any rank lacks a cached endpoint (agreed),
+ *   1     all            allgather {magic, node key, process key, pid, pid namespace, shm
+ *                        nonce, parameters, virtual-node parse result}
+ *   2     all            topology and bounds; parameters valid and equal everywhere (decided
+ *                        from the allgathered data: the same on every rank, no agreement)
+ *   3     all            agree a twohop-private communicator id (comm_ids.h)
+ *   4     node leaders   create the node's shm segment (exclusive, 0600)      -> agree
+ *   5     other ranks    attach to it                                          -> agree
+ *   6     node leaders   unlink its name (nothing left in /dev/shm afterwards)
+ *   7     all (>1 node)  UCX worker -> agree; if any rank lacks a cached endpoint (agreed),
  *                        exchange worker addresses; connect rail neighbours -> agree
- * Each "agree" is a logical OR of failure flags, so every rank takes the same decision.
+ * Each "agree" is a logical OR of failure flags, so every rank takes the same decision. A
+ * failing exchange (a rank does not take part) is an error, not a fallback.
  */
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <dirent.h>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <unistd.h>
 
+#include "comm_ids.h"
 #include "comm_state.h"
 #include "rc_settings.h"
 #include "segment_plan.h"
+#include "setup_exchange.h"
 #include "virtual_nodes.h"
 
 namespace {
 
+constexpr uint64_t kMagic = 0x74776f686f700002ULL; // "twohop", set-up record version 2
+
 /* What every rank contributes in step 1. Plain, fixed size. */
 struct RankInfo {
+    uint64_t magic;
     uint64_t node_key;
     uint64_t proc_key;
-    uint64_t token;
+    uint64_t shm_nonce;
+    uint64_t pidns;
     int64_t pid;
     uint64_t segment_bytes, small_msg_bytes;
     int32_t depth, post_batch;
+    int32_t vn_error; // this rank could not parse coll_twohop_virtual_nodes
+    int32_t pad;
 };
-
-uint64_t g_token = 0; // per-process count of set-ups, makes shm names unique
 
 void set_why(char *why, size_t len, const std::string &msg) {
     if (why && len) std::snprintf(why, len, "%s", msg.c_str());
-}
-
-/* Logical OR of `failed` over the communicator; returns the agreed flag (or 1 on error). */
-int agree(const twohop_host &h, int failed) {
-    int flag = failed ? 1 : 0;
-    if (h.agree_or(h.ctx, &flag) != 0) return 1;
-    return flag;
 }
 
 void collect_pair(const char *name, const char *value, void *arg) {
     static_cast<twohop::ucx::ConfigPairs *>(arg)->emplace_back(name, value);
 }
 
+/* True when this host has an RDMA device, i.e. RC transports can exist. */
+bool have_rdma_devices() {
+    static const bool have = [] {
+        std::unique_ptr<DIR, int (*)(DIR *)> d(opendir("/sys/class/infiniband"), closedir);
+        if (!d) return false;
+        while (struct dirent *e = readdir(d.get())) {
+            if (e->d_name[0] != '.') return true;
+        }
+        return false;
+    }();
+    return have;
+}
+
 /*
  * The UCP configuration of this process's worker: the validated RC parameters, with the
  * timeout staggered by local rank (rail) when coll_twohop_rc_stagger is set. A user's own
- * UCX_* environment variable wins; the conflict is logged once.
+ * UCX_* environment variable wins; the conflict is logged once. On hosts without RDMA devices
+ * no RC key is set (UCX would warn about configuration for transports it does not have).
  */
 int ucx_config(const twohop_comm *c, const twohop_params &p, twohop::ucx::ConfigPairs *out,
                std::string *err) {
     const twohop_rc_settings s = twohop_rc_from_params(&p);
     char msg[512] = "";
+    twohop::ucx::ConfigPairs pairs;
     int rc = twohop_rc_ucx_pairs(&s, c->topo.local_rank, c->topo.local_size(), collect_pair,
-                                 out, msg, sizeof(msg));
+                                 &pairs, msg, sizeof(msg));
     if (rc == TWOHOP_RC_NOTICE) {
-        c->host.log(0, msg);
+        c->host.log(1, msg);
     } else if (rc != TWOHOP_RC_OK) {
         *err = msg;
         return TWOHOP_ERR_BAD_PARAM;
+    }
+    if (have_rdma_devices()) {
+        *out = std::move(pairs);
+    } else if (!pairs.empty()) {
+        c->host.log(2, "no RDMA device on this host: coll_twohop_rc_* settings not applied");
     }
     return TWOHOP_OK;
 }
@@ -87,70 +114,120 @@ std::string validate(const twohop_params &p) {
     return "";
 }
 
-/* Communicator rank of the right-hand neighbour on the rail of shard s. */
-int right_neighbour(const twohop_comm *c, int s) {
+/* Communicator rank of the neighbour at ring offset `dir` (+1 right, -1 left) on rail s. */
+int neighbour(const twohop_comm *c, int s, int dir) {
     const std::vector<int> members = c->topo.rail(s);
-    return members[(c->topo.my_node + 1) % static_cast<int>(members.size())];
+    const int n = static_cast<int>(members.size());
+    return members[(c->topo.my_node + dir + n) % n];
 }
 
 /*
- * Connects this rank to the right-hand neighbour of every rail it is on. Worker addresses are
- * exchanged (two allgathers) only when some rank lacks a cached endpoint, so a communicator
- * over processes already connected (a dup or split of one set up before) exchanges nothing.
+ * Connects this rank to both neighbours of every rail it is on (right for sending, left so a
+ * failed sender is detected). Worker addresses are exchanged only when some rank lacks a
+ * cached endpoint, so a communicator over processes already connected exchanges nothing.
  */
-int connect_rails(twohop_comm *c, const std::vector<RankInfo> &info, std::string *err) {
+int connect_rails(twohop_comm *c, twohop::Exchange &ex, const std::vector<RankInfo> &info,
+                  int *agreed_fail, std::string *err) {
     int missing = 0;
     for (int s : c->my_shards) {
-        if (!c->worker->connected(info[right_neighbour(c, s)].proc_key)) missing = 1;
+        for (int dir : {1, -1}) {
+            if (!c->worker->connected(info[neighbour(c, s, dir)].proc_key)) missing = 1;
+        }
     }
     const int p = c->topo.size;
     std::vector<uint64_t> lens(p, 0);
     std::vector<uint8_t> all;
     uint64_t maxlen = 0;
-    if (agree(c->host, missing)) {
-        // Address exchange: lengths first, then blobs padded to the longest one.
+    int need = 0;
+    int rc = ex.agree_or(missing, &need, err);
+    if (rc != TWOHOP_OK) return rc;
+    if (need) {
         const auto &mine = c->worker->address();
         uint64_t len = mine.size();
-        if (c->host.allgather(c->host.ctx, &len, lens.data(), sizeof(len)) != 0) {
-            *err = "allgather of UCX address lengths failed";
-            return TWOHOP_ERR_HOST;
-        }
+        if ((rc = ex.allgather(&len, lens.data(), sizeof(len), err)) != TWOHOP_OK) return rc;
         maxlen = *std::max_element(lens.begin(), lens.end());
         std::vector<uint8_t> padded(maxlen, 0);
         all.resize(maxlen * p);
         std::copy(mine.begin(), mine.end(), padded.begin());
-        if (c->host.allgather(c->host.ctx, padded.data(), all.data(), maxlen) != 0) {
-            *err = "allgather of UCX worker addresses failed";
-            return TWOHOP_ERR_HOST;
-        }
+        if ((rc = ex.allgather(padded.data(), all.data(), maxlen, err)) != TWOHOP_OK) return rc;
     }
+    int failed = 0;
+    std::string local_err;
     for (int s : c->my_shards) {
         twohop_rail rail;
         rail.shard = s;
         rail.n = c->topo.n_nodes();
         rail.pos = c->topo.my_node;
-        const int right = right_neighbour(c, s);
-        const uint8_t *addr = all.empty() ? nullptr : &all[right * maxlen];
-        int rc = c->worker->connect(info[right].proc_key, addr, lens[right], &rail.right, err);
-        if (rc != TWOHOP_OK) return rc;
+        for (int dir : {1, -1}) {
+            const int peer = neighbour(c, s, dir);
+            const uint8_t *addr = all.empty() ? nullptr : &all[peer * maxlen];
+            const twohop::ucx::Endpoint *ep = nullptr;
+            if (!failed &&
+                c->worker->connect(info[peer].proc_key, addr, lens[peer], &ep, &local_err) !=
+                    TWOHOP_OK) {
+                failed = 1;
+            }
+            (dir > 0 ? rail.right : rail.left) = ep;
+        }
         c->rails.push_back(rail);
+    }
+    if ((rc = ex.agree_or(failed, agreed_fail, err)) != TWOHOP_OK) return rc;
+    if (*agreed_fail) {
+        *err = local_err.empty() ? "hop-2 connection failed on another rank" : local_err;
+        return TWOHOP_OK;
     }
     c->rings.resize(c->depth * c->rails.size());
     c->scratch.resize(c->depth * c->rails.size() * c->slot_bytes);
     return TWOHOP_OK;
 }
 
+/* Removes, once per process, segments left in /dev/shm by dead twohop leaders. */
+void clean_stale_once(const twohop_host &h, uint64_t pidns) {
+    static std::once_flag once;
+    std::call_once(once, [&] {
+        uint64_t bytes = 0;
+        const int n = twohop::remove_stale_segments("/dev/shm", pidns, &bytes);
+        if (n > 0) {
+            char msg[160];
+            std::snprintf(msg, sizeof(msg),
+                          "removed %d shared-memory segment(s) of dead twohop processes from "
+                          "/dev/shm (%.1f MiB)", n, bytes / 1048576.0);
+            h.log(0, msg);
+        }
+    });
+}
+
 } // namespace
 
-extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, char *why,
-                                 size_t whylen) {
+twohop_comm::~twohop_comm() {
+    for (auto &r : rings) {
+        if (r.active() && !r.cancel(1.0)) quarantined = true;
+    }
+    if (quarantined) {
+        // UCX may still write into these: keep them alive for the rest of the process.
+        new std::vector<twohop::RingOp>(std::move(rings));
+        new std::vector<char>(std::move(scratch));
+        shm.leak();
+    }
+    if (id_reserved) twohop::process_comm_ids().release(comm_id);
+}
+
+extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, int *resource,
+                                 char *why, size_t whylen) {
     *out = nullptr;
+    *resource = 0;
     const twohop_params &prm = *a->params;
     // Owned here until set-up succeeds; every early return releases it.
     std::unique_ptr<twohop_comm> owner(new twohop_comm());
     twohop_comm *c = owner.get();
     c->host = a->host;
-    c->comm_id = a->comm_id;
+    c->timeout_s = prm.timeout;
+    twohop::Exchange ex(c->host, a->rank, a->size, prm.timeout);
+    std::string err;
+    auto exchange_failed = [&](int rc) {
+        set_why(why, whylen, err);
+        return rc;
+    };
 
     // 0. Node key: the host, or the virtual node of the testing aid.
     uint64_t node_key = a->host_key;
@@ -161,35 +238,58 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, c
             node_key = (uint64_t(1) << 63) | static_cast<uint64_t>(node_of[a->world_rank]);
         }
     }
-    if (agree(c->host, !vn_error.empty())) {
-        set_why(why, whylen, vn_error.empty() ? "bad coll_twohop_virtual_nodes on another rank"
-                                              : vn_error);
-        return TWOHOP_ERR_BAD_PARAM;
-    }
     // 1. Exchange what each rank knows.
-    RankInfo me{node_key, a->proc_key, ++g_token, static_cast<int64_t>(getpid()),
-                prm.segment_bytes, prm.small_msg_bytes, prm.pipeline_depth, prm.post_batch};
+    const uint64_t pidns = twohop::pid_namespace();
+    RankInfo me{};
+    me.magic = kMagic;
+    me.node_key = node_key;
+    me.proc_key = a->proc_key;
+    me.shm_nonce = twohop::random_nonce();
+    me.pidns = pidns;
+    me.pid = static_cast<int64_t>(getpid());
+    me.segment_bytes = prm.segment_bytes;
+    me.small_msg_bytes = prm.small_msg_bytes;
+    me.depth = prm.pipeline_depth;
+    me.post_batch = prm.post_batch;
+    me.vn_error = !vn_error.empty();
     std::vector<RankInfo> info(a->size);
-    if (a->host.allgather(a->host.ctx, &me, info.data(), sizeof(RankInfo)) != 0) {
-        set_why(why, whylen, "allgather of rank information failed");
-        return TWOHOP_ERR_HOST;
+    int rc = ex.allgather(&me, info.data(), sizeof(RankInfo), &err);
+    if (rc != TWOHOP_OK) return exchange_failed(rc);
+
+    // 2. Decisions from the allgathered data only: the same on every rank.
+    for (int r = 0; r < a->size; ++r) {
+        if (info[r].magic != kMagic) {
+            set_why(why, whylen, "rank " + std::to_string(r) + " runs another twohop version");
+            return TWOHOP_ERR_MISMATCH;
+        }
+        if (info[r].vn_error) {
+            set_why(why, whylen, r == a->rank ? vn_error
+                                              : "bad coll_twohop_virtual_nodes on rank " +
+                                                    std::to_string(r));
+            return TWOHOP_ERR_BAD_PARAM;
+        }
     }
-    // 2. Topology and parameters (decided from allgathered data only: same on every rank).
-    std::vector<uint64_t> keys(a->size);
-    for (int r = 0; r < a->size; ++r) keys[r] = info[r].node_key;
-    c->topo = twohop::build_topology(keys, a->rank);
     for (int r = 1; r < a->size; ++r) {
         if (info[r].segment_bytes != info[0].segment_bytes ||
             info[r].small_msg_bytes != info[0].small_msg_bytes ||
             info[r].depth != info[0].depth || info[r].post_batch != info[0].post_batch) {
             set_why(why, whylen, "coll_twohop_* algorithm parameters differ between ranks 0 and " +
                                      std::to_string(r));
-                return TWOHOP_ERR_BAD_PARAM;
+            return TWOHOP_ERR_BAD_PARAM;
         }
     }
     std::string bad = validate(prm);
     if (!bad.empty()) {
         set_why(why, whylen, bad);
+        return TWOHOP_ERR_BAD_PARAM;
+    }
+    std::vector<uint64_t> keys(a->size);
+    for (int r = 0; r < a->size; ++r) keys[r] = info[r].node_key;
+    c->topo = twohop::build_topology(keys, a->rank);
+    if (c->topo.n_shards() > kMaxShards || c->topo.n_nodes() > kMaxNodes) {
+        set_why(why, whylen, "more than " + std::to_string(kMaxShards) + " ranks on a node or " +
+                                 std::to_string(kMaxNodes) +
+                                 " nodes (hop-2 tag fields would overflow)");
         return TWOHOP_ERR_BAD_PARAM;
     }
     c->depth = prm.pipeline_depth;
@@ -198,54 +298,81 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, c
     c->small_bytes = prm.small_msg_bytes;
     c->stream_bytes = prm.stream_copy_bytes;
     c->my_shards = c->topo.my_shards();
+    // Local peers whose liveness can be checked: same pid namespace as mine.
+    for (int r : c->topo.node_ranks[c->topo.my_node]) {
+        c->local_pids.push_back(info[r].pidns == pidns && pidns != 0 ? info[r].pid : 0);
+    }
 
-    // 3-5. The node's shared-memory segment.
+    // 3. The private communicator id for hop-2 tags.
+    rc = twohop::agree_comm_id(ex, twohop::process_comm_ids(), &c->comm_id, &err);
+    if (rc == TWOHOP_ERR_NO_MEMORY) {
+        *resource = 1;
+        set_why(why, whylen, "no free twohop communicator id (more than " +
+                                 std::to_string(twohop::kMaxCommIds) + " live communicators)");
+        return rc;
+    }
+    if (rc != TWOHOP_OK) return exchange_failed(rc);
+    c->id_reserved = true;
+
+    // 4-6. The node's shared-memory segment.
     twohop::ShmLayout layout;
     layout.local_size = c->topo.local_size();
     layout.depth = c->depth;
     layout.slot_bytes = c->slot_bytes;
     const int leader = c->topo.node_ranks[c->topo.my_node][0];
     const RankInfo &li = info[leader];
-    const std::string name = "/twohop-" + std::to_string(li.proc_key) + "-" +
-                             std::to_string(li.pid) + "-" + std::to_string(li.token);
-    std::string err;
+    const std::string name = twohop::shm_name(li.pidns, li.pid, li.shm_nonce);
     const bool is_leader = c->topo.local_rank == 0;
+    if (is_leader) clean_stale_once(c->host, pidns);
     int failed = is_leader ? !c->shm.create(name, layout, &err) : 0;
-    if (agree(c->host, failed)) {
-        set_why(why, whylen, err.empty() ? "shared-memory segment creation failed on another rank"
-                                         : err);
+    int agreed = 0;
+    std::string local_err = err;
+    if ((rc = ex.agree_or(failed, &agreed, &err)) != TWOHOP_OK) return exchange_failed(rc);
+    if (agreed) {
+        *resource = 1;
+        set_why(why, whylen, failed ? local_err
+                                    : "shared-memory segment creation failed on another node");
         return TWOHOP_ERR_NO_MEMORY;
     }
     failed = is_leader ? 0 : !c->shm.attach(name, layout, &err);
-    if (agree(c->host, failed)) {
-        set_why(why, whylen, err.empty() ? "shared-memory attach failed on another rank" : err);
+    local_err = err;
+    if ((rc = ex.agree_or(failed, &agreed, &err)) != TWOHOP_OK) return exchange_failed(rc);
+    if (agreed) {
+        *resource = 1;
+        set_why(why, whylen, failed ? local_err : "shared-memory attach failed on another rank");
         return TWOHOP_ERR_NO_MEMORY;
     }
     c->shm.unlink();
 
-    // 6. Rails.
+    // 7. Rails.
     if (c->topo.n_nodes() > 1) {
         twohop::ucx::ConfigPairs config;
-        int rc = ucx_config(c, prm, &config, &err);
+        err.clear();
+        rc = ucx_config(c, prm, &config, &err);
         if (rc == TWOHOP_OK) rc = twohop::ucx::Worker::instance(config, a->thread_multiple != 0,
                                                                &c->worker, &err);
-        if (agree(c->host, rc != TWOHOP_OK)) {
-            set_why(why, whylen, err.empty() ? "UCX start-up failed on another rank" : err);
-                return TWOHOP_ERR_TRANSPORT;
+        local_err = err;
+        int xrc = ex.agree_or(rc != TWOHOP_OK, &agreed, &err);
+        if (xrc != TWOHOP_OK) return exchange_failed(xrc);
+        if (agreed) {
+            set_why(why, whylen, rc != TWOHOP_OK ? local_err : "UCX start-up failed on another rank");
+            return TWOHOP_ERR_TRANSPORT;
         }
-        rc = connect_rails(c, info, &err);
-        if (agree(c->host, rc != TWOHOP_OK)) {
-            set_why(why, whylen, err.empty() ? "hop-2 connection failed on another rank" : err);
-                return TWOHOP_ERR_TRANSPORT;
+        err.clear();
+        xrc = connect_rails(c, ex, info, &agreed, &err);
+        if (xrc != TWOHOP_OK) return exchange_failed(xrc);
+        if (agreed) {
+            set_why(why, whylen, err);
+            return TWOHOP_ERR_TRANSPORT;
         }
     }
     if (c->host.log) {
         char msg[256];
         std::snprintf(msg, sizeof(msg),
                       "comm set up: rank %d of %d, %d node(s), node %d local rank %d of %d, "
-                      "%d shard(s), shm %llu bytes",
+                      "%d shard(s), id %u, shm %llu bytes",
                       a->rank, a->size, c->topo.n_nodes(), c->topo.my_node, c->topo.local_rank,
-                      c->topo.local_size(), c->topo.n_shards(),
+                      c->topo.local_size(), c->topo.n_shards(), c->comm_id,
                       static_cast<unsigned long long>(layout.total_bytes()));
         c->host.log(2, msg);
     }
@@ -264,4 +391,8 @@ extern "C" const char *twohop_comm_cannot_serve(const twohop_comm *c, uint64_t c
 
 extern "C" int twohop_comm_nodes(const twohop_comm *c) { return c->topo.n_nodes(); }
 
+extern "C" uint32_t twohop_comm_id(const twohop_comm *c) { return c->comm_id; }
+
 extern "C" void twohop_core_finalize(void) { twohop::ucx::Worker::shutdown(); }
+
+extern "C" void twohop_core_quiet_signals(void) { twohop::ucx::restore_signal_handlers(); }

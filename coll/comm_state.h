@@ -2,15 +2,18 @@
  * twohop_comm: everything twohop keeps for one communicator (behind the opaque C handle).
  * Owned by the adapter's module; created by twohop_comm_setup on the first allreduce,
  * destroyed with the module. State owned here:
- *   - topology (who shares a node, shard ownership, rails)
+ *   - topology (who shares a node, shard ownership, rails), the agreed private id
  *   - the node's shared-memory segment and this rank's sequence counter
- *   - hop 2: endpoints to the left/right rail neighbours of each owned shard, ring state
- *     machines and their scratch buffers (allocated once at setup)
+ *   - hop 2: endpoints to the left/right rail neighbours of each owned shard (borrowed from
+ *     the process's worker), ring state machines and their scratch buffers (set-up time)
+ *   - failure state: a failed call poisons the communicator; liveness data of local peers
  */
 #ifndef TWOHOP_COMM_STATE_H
 #define TWOHOP_COMM_STATE_H
 
+#include <chrono>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "memory_kind.h"
@@ -23,10 +26,21 @@
 /* Hop 2 view of one shard this rank owns. */
 struct twohop_rail {
     int shard = 0;
-    int n = 1;                    // rail members (= nodes)
-    int pos = 0;                  // my position on the ring (= my node index)
-    ucp_ep_h right = nullptr;     // endpoint to position pos+1
+    int n = 1;                                      // rail members (= nodes)
+    int pos = 0;                                    // my position on the ring (= my node index)
+    const twohop::ucx::Endpoint *right = nullptr;   // to position pos+1
+    const twohop::ucx::Endpoint *left = nullptr;    // to position pos-1 (failure detection)
 };
+
+/*
+ * Hop-2 tag layout (64 bits): comm id (22) | segment seq mod 2^16 (16) | shard (12) | step (14).
+ * Bounds checked at set-up: shards <= 4096, nodes <= 8192 (2(n-1) ring steps < 2^14).
+ */
+constexpr int kTagShardBits = 12;
+constexpr int kTagStepBits = 14;
+constexpr int kTagSeqBits = 16;
+constexpr int kMaxShards = 1 << kTagShardBits;
+constexpr int kMaxNodes = 1 << (kTagStepBits - 1);
 
 struct twohop_comm {
     twohop_host host;
@@ -37,8 +51,9 @@ struct twohop_comm {
     uint64_t slot_bytes = 0;
     uint64_t small_bytes = 0;
     uint64_t stream_bytes = 0;     // 0 = never use streaming stores for hop 3
-    uint32_t comm_id = 0;
-    uint64_t seq = 0;             // segments processed on this communicator (same on all ranks)
+    uint32_t comm_id = 0;          // agreed at set-up, unique among this process's communicators
+    bool id_reserved = false;
+    uint64_t seq = 0;              // segments processed on this communicator (same on all ranks)
     std::vector<int> my_shards;
     const twohop::MemOps *mem = &twohop::mem_ops(twohop::MemoryKind::Host); // user buffers
 
@@ -46,25 +61,43 @@ struct twohop_comm {
     std::vector<twohop_rail> rails;        // one per owned shard (empty on one node)
     std::vector<twohop::RingOp> rings;     // [set * rails.size() + i]
     std::vector<char> scratch;             // one slot_bytes block per ring
+    std::vector<char> private_out;         // latency-path result when `out` is not direct
 
-    /* Tag of hop-2 messages: comm id (16 bits) | segment seq (24) | shard (12) | step (12). */
+    // Failure handling.
+    int poisoned = TWOHOP_OK;              // status of the call that failed
+    std::string failure;                   // its reason
+    bool quarantined = false;              // UCX may still own ring buffers: never unmap
+    double timeout_s = 0;                  // coll_twohop_timeout (0 = none)
+    std::vector<int64_t> local_pids;       // [local rank] pid, or 0 when not checkable
+    std::chrono::steady_clock::time_point next_liveness{};
+
+    ~twohop_comm();
+
+    /* Tag of hop-2 messages of segment s, shard `shard` (step 0; the ring adds the step). */
     uint64_t rail_tag(uint64_t s, int shard) const {
-        return (uint64_t(comm_id & 0xFFFF) << 48) | ((s & 0xFFFFFF) << 24) |
-               (uint64_t(shard & 0xFFF) << 12);
+        return (uint64_t(comm_id) << (kTagSeqBits + kTagShardBits + kTagStepBits)) |
+               ((s & ((uint64_t(1) << kTagSeqBits) - 1)) << (kTagShardBits + kTagStepBits)) |
+               (uint64_t(shard) << kTagStepBits);
     }
     char *ring_scratch(int set, size_t i) {
         return scratch.data() + (set * rails.size() + i) * slot_bytes;
     }
 
     /*
-     * One round of progress: advances in-flight rings, UCX and Open MPI. Returns a
-     * twohop_status (a ring error or a failed peer).
+     * One round of progress: advances in-flight rings, UCX and Open MPI; checks that no local
+     * peer reported a failure and (every 100 ms) that local peer processes still exist.
+     * Returns a twohop_status.
      */
     int poll();
-    /* Spins (polling every 16 checks) until `flag` reaches `target`. */
+    /* Spins (polling every 16 checks) until `flag` reaches `target`; bounded by timeout_s. */
     int wait_for(const std::atomic<uint64_t> &flag, uint64_t target);
     /* Spins (with poll) until every local rank's counter `which` reaches `target`. */
     int wait_all(std::atomic<uint64_t> twohop::RankFlags::*which, uint64_t target);
+    /*
+     * Records a failed call: cancels in-flight rings (quarantining their buffers when UCX does
+     * not let go), tells the local peers through the control block, poisons the communicator.
+     */
+    void fail(int status, const std::string &why);
 };
 
 #endif

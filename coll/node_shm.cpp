@@ -1,12 +1,69 @@
 #include "node_shm.h"
 
 #include <cerrno>
+#include <csignal>
+#include <cstdio>
 #include <cstring>
+#include <ctime>
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace twohop {
+
+std::string shm_name(uint64_t pidns, int64_t pid, uint64_t nonce) {
+    char buf[96];
+    std::snprintf(buf, sizeof(buf), "/twohop-%u-%llu-%lld-%016llx", static_cast<unsigned>(getuid()),
+                  static_cast<unsigned long long>(pidns), static_cast<long long>(pid),
+                  static_cast<unsigned long long>(nonce));
+    return buf;
+}
+
+uint64_t pid_namespace() {
+    struct stat st;
+    if (stat("/proc/self/ns/pid", &st) != 0) return 0;
+    return static_cast<uint64_t>(st.st_ino);
+}
+
+uint64_t random_nonce() {
+    uint64_t v = 0;
+    if (getrandom(&v, sizeof(v), 0) != static_cast<ssize_t>(sizeof(v))) {
+        // No entropy source: time and pid still make a collision very unlikely.
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        v = (uint64_t(ts.tv_sec) << 32) ^ uint64_t(ts.tv_nsec) ^ (uint64_t(getpid()) << 16);
+    }
+    return v;
+}
+
+int remove_stale_segments(const std::string &dir, uint64_t pidns, uint64_t *bytes) {
+    DIR *d = opendir(dir.c_str());
+    if (!d) return 0;
+    char prefix[64];
+    std::snprintf(prefix, sizeof(prefix), "twohop-%u-%llu-", static_cast<unsigned>(getuid()),
+                  static_cast<unsigned long long>(pidns));
+    const size_t plen = std::strlen(prefix);
+    int removed = 0;
+    while (struct dirent *e = readdir(d)) {
+        if (std::strncmp(e->d_name, prefix, plen) != 0) continue;
+        char *end = nullptr;
+        const long long pid = std::strtoll(e->d_name + plen, &end, 10);
+        if (pid <= 0 || !end || *end != '-') continue;
+        if (kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue; // alive/unknown
+        const std::string path = dir + "/" + e->d_name;
+        struct stat st;
+        const uint64_t size = stat(path.c_str(), &st) == 0 ? uint64_t(st.st_size) : 0;
+        if (::unlink(path.c_str()) == 0) {
+            ++removed;
+            *bytes += size;
+        }
+    }
+    closedir(d);
+    return removed;
+}
 
 NodeShm::~NodeShm() {
     if (base_) munmap(base_, layout_.total_bytes());

@@ -11,7 +11,10 @@
  *
  * Lifecycle: the node leader creates the segment exclusively with mode 0600; after every
  * local rank has mapped it the leader unlinks the name, so nothing stays in /dev/shm even if
- * the job is killed later.
+ * the job is killed later. Names (shm_name) carry the creator's uid, pid namespace, pid and a
+ * random 64-bit nonce: unique across hosts, containers and jobs, and a segment left behind by
+ * a leader killed between create and unlink is recognised (its pid is gone) and removed by
+ * the next twohop process of the same user and pid namespace (remove_stale_segments).
  */
 #ifndef TWOHOP_NODE_SHM_H
 #define TWOHOP_NODE_SHM_H
@@ -28,6 +31,9 @@ struct alignas(128) RankFlags {
     std::atomic<uint64_t> arrived; // input of segment `seq` copied into my slot
     std::atomic<uint64_t> reduced; // my shards of `seq` hold the final (post hop 2) result
     std::atomic<uint64_t> done;    // I finished reading every buffer of `seq`
+    std::atomic<uint64_t> failed;  // non-zero: my call failed (a twohop_status); peers stop
+    std::atomic<uint64_t> bytes[8]; // [set] message bytes of the call using that buffer set,
+                                    // written before `arrived`: local peers compare sizes
 };
 static_assert(sizeof(RankFlags) == 128, "one flag line per rank");
 
@@ -48,6 +54,19 @@ struct ShmLayout {
     uint64_t total_bytes() const { return control_bytes() + uint64_t(depth) * set_bytes(); }
 };
 
+/* "/twohop-<uid>-<pidns>-<pid>-<nonce hex>" for the segment a leader creates. */
+std::string shm_name(uint64_t pidns, int64_t pid, uint64_t nonce);
+/* This process's pid namespace id (inode of /proc/self/ns/pid; 0 when unknown). */
+uint64_t pid_namespace();
+/* A random 64-bit value from the kernel (getrandom), for names. */
+uint64_t random_nonce();
+/*
+ * Unlinks segments in `dir` (normally /dev/shm) named by shm_name for this uid and pid
+ * namespace whose creating process no longer exists. Returns the number removed and adds
+ * their sizes to *bytes.
+ */
+int remove_stale_segments(const std::string &dir, uint64_t pidns, uint64_t *bytes);
+
 class NodeShm {
   public:
     NodeShm() = default;
@@ -65,6 +84,8 @@ class NodeShm {
     bool attach(const std::string &name, const ShmLayout &layout, std::string *err);
     /* Leader, after every local rank attached: removes the name. */
     void unlink();
+    /* Forgets the mapping without unmapping it (memory another agent may still write to). */
+    void leak() { base_ = nullptr; }
 
     const ShmLayout &layout() const { return layout_; }
     RankFlags &flags(int local) { return reinterpret_cast<RankFlags *>(base_)[local]; }

@@ -10,10 +10,12 @@ char *RingOp::chunk_ptr(int c, uint64_t *items) const {
     return data_ + r.offset * red_->item_bytes();
 }
 
-int RingOp::start(ucx::Worker *w, ucp_ep_h right, int n, int pos, char *data, uint64_t items,
-                  const Reducer *red, char *scratch, uint64_t tag_base) {
+int RingOp::start(ucx::Worker *w, const ucx::Endpoint *right, const ucx::Endpoint *left, int n,
+                  int pos, char *data, uint64_t items, const Reducer *red, char *scratch,
+                  uint64_t tag_base) {
     w_ = w;
     right_ = right;
+    left_ = left;
     n_ = n;
     pos_ = pos;
     data_ = data;
@@ -37,15 +39,37 @@ int RingOp::post_step() {
     char *recv_p = chunk_ptr(recv_chunk_, &recv_items);
     const uint64_t ib = red_->item_bytes();
     const uint64_t tag = tag_base_ | static_cast<uint64_t>(t);
+    expect_bytes_ = recv_items * ib;
     int rc = w_->recv(rs ? scratch_ : recv_p, recv_items * ib, tag, &recv_);
     if (rc != TWOHOP_OK) return rc;
-    return w_->send(right_, send_p, send_items * ib, tag, &send_);
+    return w_->send(right_->ep, send_p, send_items * ib, tag, &send_);
+}
+
+bool RingOp::cancel(double max_wait_s) {
+    bool ok = true;
+    if (w_) {
+        ok = w_->cancel(&recv_, max_wait_s) && ok;
+        ok = w_->cancel(&send_, max_wait_s) && ok;
+    }
+    active_ = false;
+    return ok;
 }
 
 int RingOp::advance(bool *finished) {
     *finished = !active_;
     if (!active_) return TWOHOP_OK;
-    if (!send_.done || !recv_.done) return TWOHOP_OK;
+    if (!send_.done || !recv_.done) {
+        if (right_->failed.load(std::memory_order_acquire) ||
+            left_->failed.load(std::memory_order_acquire)) {
+            return TWOHOP_ERR_TRANSPORT; // the caller cancels and poisons
+        }
+        return TWOHOP_OK;
+    }
+    if (recv_.status == UCS_ERR_MESSAGE_TRUNCATED ||
+        (recv_.status == UCS_OK && recv_.received != expect_bytes_)) {
+        active_ = false;
+        return TWOHOP_ERR_MISMATCH;
+    }
     if (send_.status != UCS_OK || recv_.status != UCS_OK) {
         active_ = false;
         return TWOHOP_ERR_TRANSPORT;

@@ -11,7 +11,9 @@
  *                          mod n in place, u = t-(n-1)
  * After the reduce-scatter, position p holds chunk (p+1) mod n fully reduced; every element
  * is combined in one fixed order along the ring, so all ranks end with the same bits.
- * Tags: tag_base | t (t < 4096), see CommState::rail_tag.
+ * Tags: tag_base | t (t < 2^14), see twohop_comm::rail_tag. A received chunk of another size
+ * than expected (ranks passed different message sizes) fails the ring with
+ * TWOHOP_ERR_MISMATCH; a failed neighbour endpoint fails it with TWOHOP_ERR_TRANSPORT.
  */
 #ifndef TWOHOP_RAIL_RING_H
 #define TWOHOP_RAIL_RING_H
@@ -29,18 +31,25 @@ class RingOp {
      * Starts the ring over data[0 .. items*item_bytes) (in place). n >= 2, 0 <= pos < n,
      * scratch holds at least one chunk (ceil(items/n) items). Returns a twohop_status.
      */
-    int start(ucx::Worker *w, ucp_ep_h right, int n, int pos, char *data, uint64_t items,
-              const Reducer *red, char *scratch, uint64_t tag_base);
+    int start(ucx::Worker *w, const ucx::Endpoint *right, const ucx::Endpoint *left, int n,
+              int pos, char *data, uint64_t items, const Reducer *red, char *scratch,
+              uint64_t tag_base);
     /* Advances when the current step's transfers completed; *finished once all steps ran. */
     int advance(bool *finished);
     bool active() const { return active_; }
+    /*
+     * Abandons the ring: cancels its transfers and waits (at most max_wait_s) until UCX no
+     * longer owns its buffers. Returns false when that did not happen in time.
+     */
+    bool cancel(double max_wait_s);
 
   private:
     int post_step();
     char *chunk_ptr(int c, uint64_t *items) const;
 
     ucx::Worker *w_ = nullptr;
-    ucp_ep_h right_ = nullptr;
+    const ucx::Endpoint *right_ = nullptr, *left_ = nullptr;
+    uint64_t expect_bytes_ = 0; // size of the chunk being received
     const Reducer *red_ = nullptr;
     char *data_ = nullptr;
     char *scratch_ = nullptr;

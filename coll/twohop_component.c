@@ -7,21 +7,31 @@
  * Selection: priority coll_twohop_priority (default 45, above tuned 30 and han 0); twohop
  * provides MPI_Allreduce only. At enable time the previously selected allreduce (function and
  * module) is saved and retained; every call twohop does not serve goes there, with the reason
- * at coll_twohop_verbose >= 1. Every fallback decision depends only on arguments MPI requires
- * to be equal on all ranks (count, datatype, op) or on a collectively agreed set-up result.
+ * at coll_twohop_verbose >= 1. Every decision depends only on what MPI requires to be equal on
+ * all ranks -- the op and the type signature of the message (its predefined element types
+ * and their number) -- or on a result the ranks agreed at set-up. Datatype layouts (extent,
+ * lower bound, holes) may differ between ranks: a rank whose layout is not the reduction's
+ * canonical one reaches its buffers through Open MPI's convertor (twohop_userbuf), never by a
+ * decision of its own.
  */
 #include "ompi_config.h"
 
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "mpi.h"
 #include "ompi/communicator/communicator.h"
 #include "ompi/datatype/ompi_datatype.h"
 #include "ompi/mca/coll/base/base.h"
+#include "ompi/mca/coll/base/coll_tags.h"
 #include "ompi/mca/coll/coll.h"
+#include "ompi/mca/pml/pml.h"
 #include "ompi/op/op.h"
 #include "ompi/proc/proc.h"
+#include "ompi/request/request.h"
+#include "opal/datatype/opal_convertor.h"
 #include "opal/mca/base/mca_base_pvar.h"
 #include "opal/runtime/opal_progress.h"
 #include "opal/util/output.h"
@@ -56,9 +66,11 @@ typedef struct twohop_module {
     mca_coll_base_module_t *prev_allreduce_module;
     ompi_communicator_t *comm;
     twohop_comm *core;
-    int setup_state; /* 0 not yet, 1 ready, -1 failed: every call falls back */
+    int setup_state; /* 0 not yet, 1 ready, -1 failed: every call falls back, -2 broken:
+                        the ranks could not agree (every call is an error) */
     char setup_failure[256];
     const char *last_reason; /* last fallback reason printed (prints once per change) */
+    int error_reported;      /* a failed call was reported at verbosity 0 */
 } twohop_module;
 
 static void module_construct(twohop_module *m) {
@@ -69,6 +81,7 @@ static void module_construct(twohop_module *m) {
     m->setup_state = 0;
     m->setup_failure[0] = '\0';
     m->last_reason = NULL;
+    m->error_reported = 0;
 }
 
 static void module_destruct(twohop_module *m) {
@@ -86,19 +99,102 @@ static OBJ_CLASS_INSTANCE(twohop_module, mca_coll_base_module_t, module_construc
 /* ------------------------------------------------------------ host services ---- */
 
 static void host_log(int level, const char *msg) {
-    opal_output_verbose(level, output_stream, "coll:twohop: %s", msg);
+    if (level <= 0) {
+        opal_output(0, "coll:twohop: %s", msg);
+    } else {
+        opal_output_verbose(level, output_stream, "coll:twohop: %s", msg);
+    }
 }
 
-static int host_allgather(void *ctx, const void *sbuf, void *rbuf, size_t bytes) {
-    ompi_communicator_t *comm = ((twohop_module *)ctx)->comm;
-    return comm->c_coll->coll_allgather(sbuf, (int)bytes, MPI_BYTE, rbuf, (int)bytes, MPI_BYTE,
-                                        comm, comm->c_coll->coll_allgather_module);
-}
+/*
+ * twohop's private point-to-point tag for set-up traffic. Negative like every coll tag, so no
+ * user message can match it, and distinct from the tags of Open MPI's own collectives
+ * (coll_tags.h). Its magnitude is below 2^23 so that it survives pml/ucx's 24-bit tag field
+ * unchanged; libnbc would reach it only after about four million non-blocking collectives
+ * on one communicator.
+ */
+#define TWOHOP_SETUP_TAG (-(1 << 22) - 77)
 
-static int host_agree_or(void *ctx, int *flag) {
+typedef struct p2p_req {
+    ompi_request_t *req;
+    int is_recv;
+    size_t bytes;
+} p2p_req;
+
+static int host_post(void *ctx, void *buf, size_t bytes, int peer, int is_recv, void **out) {
     twohop_module *m = (twohop_module *)ctx;
-    return m->prev_allreduce(MPI_IN_PLACE, flag, 1, MPI_INT, MPI_MAX, m->comm,
-                             m->prev_allreduce_module);
+    if (bytes > INT_MAX) return TWOHOP_ERR_HOST;
+    p2p_req *r = (p2p_req *)malloc(sizeof(*r));
+    if (r == NULL) return TWOHOP_ERR_NO_MEMORY;
+    r->is_recv = is_recv;
+    r->bytes = bytes;
+    int rc = is_recv ? MCA_PML_CALL(irecv(buf, (int)bytes, MPI_BYTE, peer, TWOHOP_SETUP_TAG,
+                                          m->comm, &r->req))
+                     : MCA_PML_CALL(isend(buf, (int)bytes, MPI_BYTE, peer, TWOHOP_SETUP_TAG,
+                                          MCA_PML_BASE_SEND_STANDARD, m->comm, &r->req));
+    if (rc != OMPI_SUCCESS) {
+        free(r);
+        return TWOHOP_ERR_HOST;
+    }
+    *out = r;
+    return TWOHOP_OK;
+}
+
+static int host_isend(void *ctx, const void *buf, size_t bytes, int peer, void **req) {
+    return host_post(ctx, (void *)buf, bytes, peer, 0, req);
+}
+
+static int host_irecv(void *ctx, void *buf, size_t bytes, int peer, void **req) {
+    return host_post(ctx, buf, bytes, peer, 1, req);
+}
+
+static int host_test(void *ctx, void *req, int *done) {
+    (void)ctx;
+    p2p_req *r = (p2p_req *)req;
+    ompi_status_public_t st;
+    int flag = 0;
+    *done = 0;
+    int rc = ompi_request_test(&r->req, &flag, &st);
+    if (rc != OMPI_SUCCESS && !flag && rc != MPI_ERR_TRUNCATE) return TWOHOP_ERR_HOST;
+    if (rc == MPI_ERR_TRUNCATE) flag = 1;
+    if (!flag) return TWOHOP_OK;
+    *done = 1;
+    int status = TWOHOP_OK;
+    /* (Single-completion tests do not set MPI_ERROR: the return code carries errors.) */
+    if (rc == MPI_ERR_TRUNCATE || (r->is_recv && st._ucount != r->bytes)) {
+        status = TWOHOP_ERR_MISMATCH;
+    } else if (rc != OMPI_SUCCESS) {
+        status = TWOHOP_ERR_HOST;
+    }
+    free(r);
+    return status;
+}
+
+static void host_cancel(void *ctx, void *req) {
+    (void)ctx;
+    p2p_req *r = (p2p_req *)req;
+    if (r->is_recv) {
+        ompi_request_cancel(r->req);
+        ompi_request_wait(&r->req, MPI_STATUS_IGNORE);
+    } else {
+        ompi_request_free(&r->req); /* released when it completes */
+    }
+    free(r);
+}
+
+/* Open MPI's own allreduce implementations talk with these tags (tuned, basic = reduce+bcast). */
+static int host_foreign_pending(void *ctx, int peer) {
+    static const int tags[] = {MCA_COLL_BASE_TAG_ALLREDUCE, MCA_COLL_BASE_TAG_REDUCE,
+                               MCA_COLL_BASE_TAG_BCAST};
+    twohop_module *m = (twohop_module *)ctx;
+    for (size_t i = 0; i < sizeof(tags) / sizeof(tags[0]); ++i) {
+        int flag = 0;
+        if (MCA_PML_CALL(iprobe(peer, tags[i], m->comm, &flag, MPI_STATUS_IGNORE)) ==
+                OMPI_SUCCESS && flag) {
+            return 1;
+        }
+    }
+    return 0;
 }
 
 static void host_progress(void) { opal_progress(); }
@@ -110,36 +206,45 @@ static void host_progress(void) { opal_progress(); }
 #define UINT_T(ctype) (sizeof(ctype) == 8 ? TWOHOP_U64 : sizeof(ctype) == 4 ? TWOHOP_U32 : \
                        sizeof(ctype) == 2 ? TWOHOP_U16 : TWOHOP_U8)
 
+/* Predefined datatype -> twohop element type. Filled once at component open (before any
+ * thread can call allreduce), read-only afterwards. */
+static struct {
+    MPI_Datatype dt;
+    int t;
+} type_table[48];
+static int type_table_len;
+
+static void build_type_table(void) {
+    int n = 0;
+#define MAP(mpi, kind) type_table[n].dt = (mpi); type_table[n].t = (kind); n++;
+    MAP(MPI_CHAR, TWOHOP_I8) MAP(MPI_SIGNED_CHAR, TWOHOP_I8) MAP(MPI_UNSIGNED_CHAR, TWOHOP_U8)
+    MAP(MPI_BYTE, TWOHOP_BYTE) MAP(MPI_SHORT, TWOHOP_I16) MAP(MPI_UNSIGNED_SHORT, TWOHOP_U16)
+    MAP(MPI_INT, TWOHOP_I32) MAP(MPI_UNSIGNED, TWOHOP_U32) MAP(MPI_LONG, INT_T(long))
+    MAP(MPI_UNSIGNED_LONG, UINT_T(unsigned long)) MAP(MPI_LONG_LONG_INT, TWOHOP_I64)
+    MAP(MPI_UNSIGNED_LONG_LONG, TWOHOP_U64) MAP(MPI_INT8_T, TWOHOP_I8)
+    MAP(MPI_UINT8_T, TWOHOP_U8) MAP(MPI_INT16_T, TWOHOP_I16) MAP(MPI_UINT16_T, TWOHOP_U16)
+    MAP(MPI_INT32_T, TWOHOP_I32) MAP(MPI_UINT32_T, TWOHOP_U32) MAP(MPI_INT64_T, TWOHOP_I64)
+    MAP(MPI_UINT64_T, TWOHOP_U64) MAP(MPI_AINT, INT_T(MPI_Aint))
+    MAP(MPI_OFFSET, INT_T(MPI_Offset)) MAP(MPI_COUNT, INT_T(MPI_Count))
+    MAP(MPI_FLOAT, TWOHOP_F32) MAP(MPI_DOUBLE, TWOHOP_F64) MAP(MPI_LONG_DOUBLE, TWOHOP_LDBL)
+    MAP(MPI_C_BOOL, TWOHOP_BOOL) MAP(MPI_CXX_BOOL, TWOHOP_BOOL)
+    MAP(MPI_C_FLOAT_COMPLEX, TWOHOP_C32) MAP(MPI_C_DOUBLE_COMPLEX, TWOHOP_C64)
+    MAP(MPI_C_LONG_DOUBLE_COMPLEX, TWOHOP_CLDBL) MAP(MPI_CXX_FLOAT_COMPLEX, TWOHOP_C32)
+    MAP(MPI_CXX_DOUBLE_COMPLEX, TWOHOP_C64) MAP(MPI_CXX_LONG_DOUBLE_COMPLEX, TWOHOP_CLDBL)
+    MAP(MPI_FLOAT_INT, TWOHOP_FLOAT_INT) MAP(MPI_DOUBLE_INT, TWOHOP_DOUBLE_INT)
+    MAP(MPI_LONG_INT, TWOHOP_LONG_INT) MAP(MPI_2INT, TWOHOP_2INT)
+    MAP(MPI_SHORT_INT, TWOHOP_SHORT_INT) MAP(MPI_LONG_DOUBLE_INT, TWOHOP_LONG_DOUBLE_INT)
+    MAP(MPI_INTEGER, TWOHOP_I32) MAP(MPI_REAL, TWOHOP_F32)
+    MAP(MPI_DOUBLE_PRECISION, TWOHOP_F64) MAP(MPI_COMPLEX, TWOHOP_C32)
+    MAP(MPI_DOUBLE_COMPLEX, TWOHOP_C64) MAP(MPI_2INTEGER, TWOHOP_2INT)
+#undef MAP
+    type_table_len = n;
+}
+
 /* Predefined datatype -> twohop element type; -1 when twohop has no kernel for it. */
 static int map_predefined(ompi_datatype_t *d) {
-    static struct { MPI_Datatype dt; int t; } table[48];
-    static int n = 0;
-    if (n == 0) {
-#define MAP(mpi, kind) table[n].dt = (mpi); table[n].t = (kind); n++;
-        MAP(MPI_CHAR, TWOHOP_I8) MAP(MPI_SIGNED_CHAR, TWOHOP_I8) MAP(MPI_UNSIGNED_CHAR, TWOHOP_U8)
-        MAP(MPI_BYTE, TWOHOP_BYTE) MAP(MPI_SHORT, TWOHOP_I16) MAP(MPI_UNSIGNED_SHORT, TWOHOP_U16)
-        MAP(MPI_INT, TWOHOP_I32) MAP(MPI_UNSIGNED, TWOHOP_U32) MAP(MPI_LONG, INT_T(long))
-        MAP(MPI_UNSIGNED_LONG, UINT_T(unsigned long)) MAP(MPI_LONG_LONG_INT, TWOHOP_I64)
-        MAP(MPI_UNSIGNED_LONG_LONG, TWOHOP_U64) MAP(MPI_INT8_T, TWOHOP_I8)
-        MAP(MPI_UINT8_T, TWOHOP_U8) MAP(MPI_INT16_T, TWOHOP_I16) MAP(MPI_UINT16_T, TWOHOP_U16)
-        MAP(MPI_INT32_T, TWOHOP_I32) MAP(MPI_UINT32_T, TWOHOP_U32) MAP(MPI_INT64_T, TWOHOP_I64)
-        MAP(MPI_UINT64_T, TWOHOP_U64) MAP(MPI_AINT, INT_T(MPI_Aint))
-        MAP(MPI_OFFSET, INT_T(MPI_Offset)) MAP(MPI_COUNT, INT_T(MPI_Count))
-        MAP(MPI_FLOAT, TWOHOP_F32) MAP(MPI_DOUBLE, TWOHOP_F64) MAP(MPI_LONG_DOUBLE, TWOHOP_LDBL)
-        MAP(MPI_C_BOOL, TWOHOP_BOOL) MAP(MPI_CXX_BOOL, TWOHOP_BOOL)
-        MAP(MPI_C_FLOAT_COMPLEX, TWOHOP_C32) MAP(MPI_C_DOUBLE_COMPLEX, TWOHOP_C64)
-        MAP(MPI_C_LONG_DOUBLE_COMPLEX, TWOHOP_CLDBL) MAP(MPI_CXX_FLOAT_COMPLEX, TWOHOP_C32)
-        MAP(MPI_CXX_DOUBLE_COMPLEX, TWOHOP_C64) MAP(MPI_CXX_LONG_DOUBLE_COMPLEX, TWOHOP_CLDBL)
-        MAP(MPI_FLOAT_INT, TWOHOP_FLOAT_INT) MAP(MPI_DOUBLE_INT, TWOHOP_DOUBLE_INT)
-        MAP(MPI_LONG_INT, TWOHOP_LONG_INT) MAP(MPI_2INT, TWOHOP_2INT)
-        MAP(MPI_SHORT_INT, TWOHOP_SHORT_INT) MAP(MPI_LONG_DOUBLE_INT, TWOHOP_LONG_DOUBLE_INT)
-        MAP(MPI_INTEGER, TWOHOP_I32) MAP(MPI_REAL, TWOHOP_F32)
-        MAP(MPI_DOUBLE_PRECISION, TWOHOP_F64) MAP(MPI_COMPLEX, TWOHOP_C32)
-        MAP(MPI_DOUBLE_COMPLEX, TWOHOP_C64) MAP(MPI_2INTEGER, TWOHOP_2INT)
-#undef MAP
-    }
-    for (int i = 0; i < n; ++i) {
-        if (table[i].dt == d) return table[i].t;
+    for (int i = 0; i < type_table_len; ++i) {
+        if (type_table[i].dt == d) return type_table[i].t;
     }
     return -1;
 }
@@ -160,42 +265,189 @@ static int map_op(ompi_op_t *op) {
     return -1;
 }
 
+/* ------------------------------------------------ layouts and conversion ---- */
+
+/*
+ * How one rank reaches the canonical bytes of one user buffer (twohop_userbuf). For
+ * predefined ops the canonical layout is an array of the signature's predefined element type
+ * at its C layout (base_extent bytes each, holding base_size signature bytes); for user ops it
+ * is the packed signature (item = type size bytes).
+ */
+typedef struct layout_view {
+    ompi_datatype_t *dtype; /* the user's datatype and count */
+    size_t count;
+    char *buf;
+    ompi_datatype_t *base;  /* canonical element type, or NULL: canonical = packed */
+    size_t base_size, base_extent;
+} layout_view;
+
+/* Packed signature bytes [off, off+len) of the view's buffer <-> mem. */
+static int convert_packed(const layout_view *v, void *mem, uint64_t off, uint64_t len,
+                          int pack) {
+    opal_convertor_t conv;
+    OBJ_CONSTRUCT(&conv, opal_convertor_t);
+    int rc = pack ? opal_convertor_copy_and_prepare_for_send(ompi_mpi_local_convertor,
+                                                            &v->dtype->super, v->count, v->buf,
+                                                            0, &conv)
+                  : opal_convertor_copy_and_prepare_for_recv(ompi_mpi_local_convertor,
+                                                            &v->dtype->super, v->count, v->buf,
+                                                            0, &conv);
+    size_t pos = (size_t)off;
+    if (rc == OPAL_SUCCESS) rc = opal_convertor_set_position(&conv, &pos);
+    if (rc == OPAL_SUCCESS && pos != off) rc = OPAL_ERROR;
+    if (rc == OPAL_SUCCESS) {
+        struct iovec iov = {mem, (size_t)len};
+        uint32_t n = 1;
+        size_t max = (size_t)len;
+        int r = pack ? opal_convertor_pack(&conv, &iov, &n, &max)
+                     : opal_convertor_unpack(&conv, &iov, &n, &max);
+        if (r < 0 || max != len) rc = OPAL_ERROR;
+    }
+    OBJ_DESTRUCT(&conv);
+    return rc == OPAL_SUCCESS ? 0 : -1;
+}
+
+/* Canonical elements (base type, C layout) <-> packed signature bytes, for types with holes. */
+static int convert_elements(ompi_datatype_t *base, size_t n, void *elems, void *packed,
+                            int to_packed) {
+    layout_view e = {base, n, (char *)elems, NULL, 0, 0};
+    size_t bytes, size;
+    ompi_datatype_type_size(base, &size);
+    bytes = n * size;
+    return convert_packed(&e, packed, 0, bytes, to_packed);
+}
+
+/* twohop_userbuf.read / write for a converted view. */
+static int view_access(const layout_view *v, void *mem, uint64_t off, uint64_t len, int read) {
+    if (v->base == NULL || v->base_size == v->base_extent) {
+        return convert_packed(v, mem, off, len, read);
+    }
+    /* Element type with holes (MPI_DOUBLE_INT, ...): via packed bytes. */
+    const size_t n = (size_t)(len / v->base_extent);
+    char *tmp = (char *)malloc(n * v->base_size + 1);
+    if (tmp == NULL) return -1;
+    int rc;
+    if (read) {
+        rc = convert_packed(v, tmp, off / v->base_extent * v->base_size, n * v->base_size, 1);
+        if (rc == 0) rc = convert_elements(v->base, n, mem, tmp, 0);
+    } else {
+        rc = convert_elements(v->base, n, mem, tmp, 1);
+        if (rc == 0) rc = convert_packed(v, tmp, off / v->base_extent * v->base_size,
+                                         n * v->base_size, 0);
+    }
+    free(tmp);
+    return rc;
+}
+
+static int view_read(void *ctx, void *dst, uint64_t off, uint64_t len) {
+    return view_access((const layout_view *)ctx, dst, off, len, 1);
+}
+
+static int view_write(void *ctx, const void *src, uint64_t off, uint64_t len) {
+    return view_access((const layout_view *)ctx, (void *)src, off, len, 0);
+}
+
+/* True when `count` items of `d` at buf are exactly `bytes` consecutive bytes at buf. */
+static bool layout_is_packed(ompi_datatype_t *d, size_t count) {
+    ptrdiff_t lb, extent, true_lb, true_extent;
+    ompi_datatype_get_extent(d, &lb, &extent);
+    ompi_datatype_get_true_extent(d, &true_lb, &true_extent);
+    return lb == 0 && true_lb == 0 && ompi_datatype_is_contiguous_memory_layout(d, count);
+}
+
+/* Fills *ub (and *v for the converted case) for one buffer of this rank. */
+static void make_userbuf(twohop_userbuf *ub, layout_view *v, char *buf, ompi_datatype_t *dtype,
+                         size_t count, ompi_datatype_t *base, size_t base_size,
+                         size_t base_extent) {
+    memset(ub, 0, sizeof(*ub));
+    const bool canonical = base ? (ompi_datatype_is_predefined(dtype) ||
+                                   (base_size == base_extent && layout_is_packed(dtype, count)))
+                                : layout_is_packed(dtype, count);
+    if (canonical) {
+        ub->direct = buf;
+        return;
+    }
+    v->dtype = dtype;
+    v->count = count;
+    v->buf = buf;
+    v->base = base;
+    v->base_size = base_size;
+    v->base_extent = base_extent;
+    ub->ctx = v;
+    ub->read = view_read;
+    ub->write = view_write;
+}
+
 typedef struct user_op_ctx {
     ompi_op_t *op;
     ompi_datatype_t *dtype;
+    bool packed; /* the datatype's layout is its packed signature */
+    size_t size; /* type size: bytes of one item in the canonical (packed) layout */
+    ptrdiff_t extent, true_lb, true_extent;
 } user_op_ctx;
 
+/*
+ * The user's function works on items in the user's own layout: a rank whose layout is not
+ * packed unpacks both operands into scratch laid out as its datatype, reduces there and
+ * packs the result (at most 1 MiB of items at a time).
+ */
 static int user_reduce(void *ctx, const void *in, void *inout, size_t count) {
     user_op_ctx *u = (user_op_ctx *)ctx;
-    ompi_op_reduce(u->op, (void *)in, inout, count, u->dtype);
-    return 0;
+    if (u->packed) {
+        ompi_op_reduce(u->op, (void *)in, inout, count, u->dtype);
+        return 0;
+    }
+    size_t chunk = u->extent > 0 ? (size_t)(1 << 20) / (size_t)u->extent : 1;
+    if (chunk == 0) chunk = 1;
+    if (chunk > count) chunk = count;
+    const size_t span = (size_t)u->true_extent + (chunk - 1) * (size_t)u->extent;
+    char *mem = (char *)malloc(2 * span + 1);
+    if (mem == NULL) return -1;
+    int rc = 0;
+    for (size_t done = 0; rc == 0 && done < count; done += chunk) {
+        const size_t n = count - done < chunk ? count - done : chunk;
+        layout_view a = {u->dtype, n, mem - u->true_lb, NULL, 0, 0};
+        layout_view b = {u->dtype, n, mem + span - u->true_lb, NULL, 0, 0};
+        const char *pin = (const char *)in + done * u->size;
+        char *pio = (char *)inout + done * u->size;
+        rc = convert_packed(&a, (void *)pin, 0, n * u->size, 0);
+        if (rc == 0) rc = convert_packed(&b, pio, 0, n * u->size, 0);
+        if (rc == 0) {
+            ompi_op_reduce(u->op, a.buf, b.buf, n, u->dtype);
+            rc = convert_packed(&b, pio, 0, n * u->size, 1);
+        }
+    }
+    free(mem);
+    return rc;
 }
 
 /*
- * Fills *red for (dtype, op) or returns why twohop cannot serve it. Uses only the datatype
- * and op, which MPI requires to be the same on every rank.
+ * Fills *red for (dtype, op) or returns why twohop cannot serve it. Decides from the op and
+ * the type signature only (identical on every rank); *base/base_size/base_extent describe the
+ * canonical element for predefined ops (base NULL for user ops). *elems_per_item: canonical
+ * elements per user item, so the core's count is count * *elems_per_item.
  */
 static const char *classify(ompi_datatype_t *dtype, ompi_op_t *op, twohop_reduction *red,
-                            user_op_ctx *uctx) {
-    ptrdiff_t lb, extent, true_lb, true_extent;
+                            user_op_ctx *uctx, ompi_datatype_t **base_out, size_t *base_size,
+                            size_t *base_extent, size_t *elems_per_item) {
     size_t size;
-    ompi_datatype_get_extent(dtype, &lb, &extent);
-    ompi_datatype_get_true_extent(dtype, &true_lb, &true_extent);
     ompi_datatype_type_size(dtype, &size);
     memset(red, 0, sizeof(*red));
-    red->item_bytes = (size_t)extent;
-    red->elems_per_item = 1;
-    if (lb != 0 || true_lb != 0 || extent <= 0) return "datatype has a non-zero lower bound";
-
+    *base_out = NULL;
+    *base_size = *base_extent = 0;
+    *elems_per_item = 1;
     if (!ompi_op_is_intrinsic(op)) {
         if (!ompi_op_is_commute(op)) return "user-defined op is not commutative";
-        if (!ompi_datatype_is_predefined(dtype) &&
-            ((size_t)extent != size || !ompi_datatype_is_contiguous_memory_layout(dtype, 2))) {
-            return "datatype is not contiguous";
-        }
-        red->op = TWOHOP_OP_USER;
         uctx->op = op;
         uctx->dtype = dtype;
+        uctx->size = size;
+        ptrdiff_t lb;
+        ompi_datatype_get_extent(dtype, &lb, &uctx->extent);
+        ompi_datatype_get_true_extent(dtype, &uctx->true_lb, &uctx->true_extent);
+        uctx->packed = false; /* set per call by the caller (depends on count) */
+        red->op = TWOHOP_OP_USER;
+        red->item_bytes = size;
+        red->elems_per_item = 1;
         red->user_fn = user_reduce;
         red->user_ctx = uctx;
         return NULL;
@@ -204,18 +456,16 @@ static const char *classify(ompi_datatype_t *dtype, ompi_op_t *op, twohop_reduct
     if (o < 0) return "op is not one of the predefined reduction ops";
     ompi_datatype_t *base = dtype;
     if (!ompi_datatype_is_predefined(dtype)) {
-        if ((size_t)extent != size || !ompi_datatype_is_contiguous_memory_layout(dtype, 2)) {
-            return "datatype is not contiguous";
-        }
         base = ompi_datatype_get_single_predefined_type_from_args(dtype);
         if (base == NULL) return "derived datatype mixes several predefined types";
     }
     int t = map_predefined(base);
     if (t < 0) return "no twohop kernel for this predefined datatype";
-    ptrdiff_t base_lb, base_extent;
-    ompi_datatype_get_extent(base, &base_lb, &base_extent);
-    if ((size_t)base_extent != twohop_dtype_size((twohop_dtype)t) ||
-        (size_t)extent % (size_t)base_extent != 0) {
+    ptrdiff_t base_lb, bext;
+    size_t bsize;
+    ompi_datatype_get_extent(base, &base_lb, &bext);
+    ompi_datatype_type_size(base, &bsize);
+    if ((size_t)bext != twohop_dtype_size((twohop_dtype)t) || bsize == 0 || size % bsize != 0) {
         return "datatype layout differs from twohop's element layout";
     }
     if (!twohop_kernel_supported((twohop_dtype)t, (twohop_op)o)) {
@@ -223,7 +473,12 @@ static const char *classify(ompi_datatype_t *dtype, ompi_op_t *op, twohop_reduct
     }
     red->dtype = (twohop_dtype)t;
     red->op = (twohop_op)o;
-    red->elems_per_item = (size_t)extent / (size_t)base_extent;
+    red->item_bytes = (size_t)bext;
+    red->elems_per_item = 1;
+    *base_out = base;
+    *base_size = bsize;
+    *base_extent = (size_t)bext;
+    *elems_per_item = size / bsize;
     return NULL;
 }
 
@@ -235,12 +490,14 @@ static uint64_t fnv1a(const char *s) {
     return h;
 }
 
+/* Resource-caused fallbacks are printed once per process at the default verbosity. */
+static int resource_warned;
+
 static int setup(twohop_module *m) {
     twohop_comm_args a;
     memset(&a, 0, sizeof(a));
     a.rank = ompi_comm_rank(m->comm);
     a.size = ompi_comm_size(m->comm);
-    a.comm_id = ompi_comm_get_cid(m->comm);
     a.thread_multiple = mpi_threads;
     a.host_key = fnv1a(opal_process_info.nodename);
     a.virtual_nodes = params.virtual_nodes;
@@ -250,12 +507,34 @@ static int setup(twohop_module *m) {
     a.proc_key = ((uint64_t)me->jobid << 32) | me->vpid;
     a.params = &params;
     a.host.ctx = m;
-    a.host.allgather = host_allgather;
-    a.host.agree_or = host_agree_or;
+    a.host.isend = host_isend;
+    a.host.irecv = host_irecv;
+    a.host.test = host_test;
+    a.host.cancel = host_cancel;
+    a.host.foreign_pending = host_foreign_pending;
     a.host.progress = host_progress;
     a.host.log = host_log;
-    int rc = twohop_comm_setup(&a, &m->core, m->setup_failure, sizeof(m->setup_failure));
-    m->setup_state = rc == TWOHOP_OK ? 1 : -1;
+    int resource = 0;
+    int rc = twohop_comm_setup(&a, &m->core, &resource, m->setup_failure,
+                               sizeof(m->setup_failure));
+    if (rc == TWOHOP_OK) {
+        m->setup_state = 1;
+    } else if (rc == TWOHOP_ERR_MISMATCH || rc == TWOHOP_ERR_TIMEOUT || rc == TWOHOP_ERR_HOST) {
+        m->setup_state = -2;
+        opal_output(0, "coll:twohop: comm %s (cid %u): set-up failed: %s", m->comm->c_name,
+                    ompi_comm_get_cid(m->comm), m->setup_failure);
+    } else {
+        m->setup_state = -1;
+        if (resource && !__atomic_exchange_n(&resource_warned, 1, __ATOMIC_RELAXED)) {
+            opal_output(0, "coll:twohop: comm %s: twohop does not serve this communicator: %s "
+                        "(its allreduce falls back to the previous component; further notices "
+                        "at coll_twohop_verbose 1)", m->comm->c_name, m->setup_failure);
+        } else {
+            opal_output_verbose(1, output_stream,
+                                "coll:twohop: comm %s (cid %u): set-up failed: %s",
+                                m->comm->c_name, ompi_comm_get_cid(m->comm), m->setup_failure);
+        }
+    }
     return rc;
 }
 
@@ -264,6 +543,7 @@ static int to_mpi_error(int rc) {
     case TWOHOP_OK: return MPI_SUCCESS;
     case TWOHOP_ERR_NO_MEMORY: return OMPI_ERR_OUT_OF_RESOURCE;
     case TWOHOP_ERR_BAD_PARAM: return OMPI_ERR_BAD_PARAM;
+    case TWOHOP_ERR_MISMATCH: return MPI_ERR_TRUNCATE;
     default: return OMPI_ERROR;
     }
 }
@@ -286,31 +566,48 @@ static int twohop_allreduce(const void *sbuf, void *rbuf, int count, ompi_dataty
     twohop_module *m = (twohop_module *)module;
     twohop_reduction red;
     user_op_ctx uctx;
+    ompi_datatype_t *base;
+    size_t base_size, base_extent, elems_per_item;
+    size_t type_size;
     (void)comm;
     if (count < 0) return fallback(m, "negative count", sbuf, rbuf, count, dtype, op);
-    const char *why = classify(dtype, op, &red, &uctx);
+    const char *why = classify(dtype, op, &red, &uctx, &base, &base_size, &base_extent,
+                               &elems_per_item);
     if (why) return fallback(m, why, sbuf, rbuf, count, dtype, op);
-    if (m->setup_state == 0 && setup(m) != TWOHOP_OK) {
-        opal_output_verbose(1, output_stream, "coll:twohop: comm %s (cid %u): set-up failed: %s",
-                            m->comm->c_name, ompi_comm_get_cid(m->comm), m->setup_failure);
+    ompi_datatype_type_size(dtype, &type_size);
+    if (count == 0 || type_size == 0) return MPI_SUCCESS; /* empty signature on every rank */
+    if (m->setup_state == 0) (void)setup(m);
+    if (m->setup_state == -2) {
+        return MPI_ERR_OTHER; /* reported once in setup(); the ranks cannot agree any more */
     }
     if (m->setup_state < 0) return fallback(m, "set-up failed", sbuf, rbuf, count, dtype, op);
     why = twohop_comm_cannot_serve(m->core, (uint64_t)count, red.item_bytes);
     if (why) return fallback(m, why, sbuf, rbuf, count, dtype, op);
-    if (count == 0) return MPI_SUCCESS;
-    const void *in = sbuf == MPI_IN_PLACE ? rbuf : sbuf;
+
+    /* This rank's access to its buffers (layouts may differ between ranks). */
+    const uint64_t n = (uint64_t)count * elems_per_item;
+    twohop_userbuf in, out;
+    layout_view vin, vout;
+    const bool in_place = sbuf == MPI_IN_PLACE;
+    make_userbuf(&out, &vout, (char *)rbuf, dtype, (size_t)count, base, base_size, base_extent);
+    make_userbuf(&in, &vin, (char *)(in_place ? rbuf : sbuf), dtype, (size_t)count, base,
+                 base_size, base_extent);
+    if (red.op == TWOHOP_OP_USER) uctx.packed = layout_is_packed(dtype, (size_t)count);
     if (OPAL_UNLIKELY(params.verbose >= 3)) {
         opal_output_verbose(3, output_stream,
-                            "coll:twohop: comm %s: allreduce of %d x %zu bytes, %s %s%s",
-                            m->comm->c_name, count, red.item_bytes,
+                            "coll:twohop: comm %s: allreduce of %llu x %zu bytes, %s %s%s%s",
+                            m->comm->c_name, (unsigned long long)n, red.item_bytes,
                             red.op == TWOHOP_OP_USER ? "user type" : twohop_dtype_name(red.dtype),
-                            twohop_op_name(red.op), sbuf == MPI_IN_PLACE ? ", in place" : "");
+                            twohop_op_name(red.op), in_place ? ", in place" : "",
+                            in.direct && out.direct ? "" : ", converted layout");
     }
-    int rc = twohop_comm_allreduce(m->core, in, rbuf, (uint64_t)count, &red);
+    char fail_why[256] = "";
+    int rc = twohop_comm_allreduce(m->core, &in, &out, n, &red, fail_why, sizeof(fail_why));
     __atomic_add_fetch(&served_calls, 1, __ATOMIC_RELAXED);
-    if (rc != TWOHOP_OK) {
-        opal_output(0, "coll:twohop: comm %s: allreduce failed (twohop status %d)",
-                    m->comm->c_name, rc);
+    if (rc != TWOHOP_OK && !m->error_reported) {
+        m->error_reported = 1;
+        opal_output(0, "coll:twohop: comm %s (cid %u): allreduce failed: %s", m->comm->c_name,
+                    ompi_comm_get_cid(m->comm), fail_why);
     }
     return to_mpi_error(rc);
 }
@@ -336,7 +633,7 @@ static mca_coll_base_module_t *twohop_comm_query(ompi_communicator_t *comm, int 
     *priority = params.priority;
     if (params.priority < 0) return NULL;
     if (OMPI_COMM_IS_INTER(comm)) {
-        opal_output_verbose(1, output_stream,
+        opal_output_verbose(2, output_stream,
                             "coll:twohop: comm %s: intercommunicator, not selected", comm->c_name);
         return NULL;
     }
@@ -417,6 +714,7 @@ static int twohop_register(void) {
  * against: internal structure layouts may differ between 4.1.x releases.
  */
 static int twohop_open(void) {
+    build_type_table();
     output_stream = opal_output_open(NULL);
     opal_output_set_verbosity(output_stream, params.verbose);
     char version[MPI_MAX_LIBRARY_VERSION_STRING];
@@ -440,6 +738,8 @@ static int twohop_open(void) {
     if (twohop_rc_validate(&rc, err, sizeof(err)) != TWOHOP_RC_OK) {
         opal_output(0, "coll:twohop: %s; multi-node communicators will fall back", err);
     }
+    /* Loading twohop must not change how the application's crashes are reported. */
+    twohop_core_quiet_signals();
     return OMPI_SUCCESS;
 }
 

@@ -19,20 +19,45 @@ extern "C" {
 #endif
 
 /*
- * Services the adapter provides to the core for one communicator. The collectives run on the
- * communicator through the coll module that was selected before twohop (never twohop itself).
+ * Services the adapter provides to the core for one communicator. Set-up traffic is
+ * point-to-point on the communicator with twohop's private tag (never the communicator's own
+ * collectives, which may be a different component on a rank whose selection differs).
+ * Requests are opaque; every function returns 0 or a twohop_status.
  */
 typedef struct twohop_host {
     void *ctx;
-    /* Gathers `bytes` from every rank into rbuf (rank-major, size * bytes). */
-    int (*allgather)(void *ctx, const void *sbuf, void *rbuf, size_t bytes);
-    /* In-place logical OR of one int across the communicator (for collective agreement). */
-    int (*agree_or)(void *ctx, int *flag);
+    /* Non-blocking send/receive of `bytes` bytes to/from communicator rank `peer`. */
+    int (*isend)(void *ctx, const void *buf, size_t bytes, int peer, void **req);
+    int (*irecv)(void *ctx, void *buf, size_t bytes, int peer, void **req);
+    /* *done = 1 once the request completed (it is then released); drives progress. A
+     * completed receive of a size other than posted is TWOHOP_ERR_MISMATCH. */
+    int (*test)(void *ctx, void *req, int *done);
+    /* Abandons a request that has not completed (receives are cancelled, sends released). */
+    void (*cancel)(void *ctx, void *req);
+    /* 1 when `peer` is known to run another allreduce on this communicator right now (a
+     * message of Open MPI's allreduce/reduce/bcast tags from it is waiting), else 0. */
+    int (*foreign_pending)(void *ctx, int peer);
     /* Drives Open MPI progress; yields the CPU when Open MPI runs oversubscribed. */
     void (*progress)(void);
-    /* Logs msg at verbosity `level` through coll_twohop_verbose's output stream. */
+    /* Logs msg at verbosity `level` through coll_twohop_verbose's output stream
+     * (level 0: always printed). */
     void (*log)(int level, const char *msg);
 } twohop_host;
+
+/*
+ * One user buffer of an allreduce as the core sees it, in the reduction's canonical layout
+ * (count items of item_bytes, consecutive, starting at byte 0). `direct` is non-NULL when the
+ * user's layout is exactly that (then the core reads/writes it through the memory-kind copy
+ * operations); otherwise every access goes through read/write, which convert between the
+ * user's layout and canonical bytes [off, off + len) (off and len are multiples of the item
+ * size). This is per rank: ranks may pass different layouts of the same type signature.
+ */
+typedef struct twohop_userbuf {
+    char *direct;
+    void *ctx;
+    int (*read)(void *ctx, void *dst, uint64_t off, uint64_t len);
+    int (*write)(void *ctx, const void *src, uint64_t off, uint64_t len);
+} twohop_userbuf;
 
 /* What the adapter knows about this process when a communicator is set up. */
 typedef struct twohop_comm_args {
@@ -40,9 +65,8 @@ typedef struct twohop_comm_args {
     uint64_t host_key;    /* equal on ranks sharing memory: a hash of the host name */
     const char *virtual_nodes; /* testing aid coll_twohop_virtual_nodes ("" or NULL: off) */
     int world_rank, world_size; /* in MPI_COMM_WORLD, for virtual_nodes */
-    uint64_t proc_key;    /* unique per process across the job (MPI_COMM_WORLD rank) */
+    uint64_t proc_key;    /* unique per process across the job (jobid, vpid) */
     int thread_multiple;  /* the application initialised MPI_THREAD_MULTIPLE */
-    uint32_t comm_id;     /* identical on all ranks, unique among this process's communicators */
     const struct twohop_params *params;
     twohop_host host;
 } twohop_comm_args;
@@ -50,22 +74,34 @@ typedef struct twohop_comm_args {
 typedef struct twohop_comm twohop_comm;
 
 /*
- * Collective over the communicator: exchanges topology, maps the node's shared-memory
- * segment and, with more than one node, connects the rails. On every rank either all
- * succeed (*out set) or all return the same non-zero status with *out NULL (the decision is
- * agreed through host.agree_or), so a failed setup becomes an identical fallback everywhere.
+ * Collective over the communicator: exchanges topology, agrees a twohop-private communicator
+ * id, maps the node's shared-memory segment and, with more than one node, connects the rails.
+ * Returns
+ *   TWOHOP_OK            *out set, on every rank;
+ *   a fallback status    (NO_MEMORY, TRANSPORT, BAD_PARAM) *out NULL, the same status on
+ *                        every rank (failures are agreed), *resource set to 1 when the cause
+ *                        is a resource (shared memory, ids) rather than a setting;
+ *   TWOHOP_ERR_MISMATCH / TWOHOP_ERR_TIMEOUT / TWOHOP_ERR_HOST
+ *                        the exchange itself failed (a rank does not take part: its selection
+ *                        differs, or it is gone): the call must become an MPI error, since the
+ *                        ranks cannot agree on anything any more.
  */
-int twohop_comm_setup(const twohop_comm_args *args, twohop_comm **out, char *why, size_t whylen);
+int twohop_comm_setup(const twohop_comm_args *args, twohop_comm **out, int *resource, char *why,
+                      size_t whylen);
 
 /* Releases everything the communicator state owns (not collective). NULL is allowed. */
 void twohop_comm_free(twohop_comm *c);
 
 /*
- * Allreduce of `count` items (red->item_bytes each) from sbuf into rbuf. sbuf == rbuf means
- * MPI_IN_PLACE. count may exceed 2^31; sizes are 64-bit throughout. Returns a twohop_status.
+ * Allreduce of `count` items (red->item_bytes each, canonical layout) from `in` into `out`
+ * (for MPI_IN_PLACE both describe the receive buffer). count may exceed 2^31; sizes are
+ * 64-bit throughout. Returns a twohop_status; after a failure the communicator is poisoned
+ * (every later call returns TWOHOP_ERR_POISONED at once) and the local peers were told
+ * through the node's control block, so they return an error instead of waiting. why gets
+ * a one-line reason on failure.
  */
-int twohop_comm_allreduce(twohop_comm *c, const void *sbuf, void *rbuf, uint64_t count,
-                          const twohop_reduction *red);
+int twohop_comm_allreduce(twohop_comm *c, const twohop_userbuf *in, const twohop_userbuf *out,
+                          uint64_t count, const twohop_reduction *red, char *why, size_t whylen);
 
 /*
  * Reason this communicator cannot serve an allreduce of `count` items of `item_bytes`
@@ -75,6 +111,16 @@ const char *twohop_comm_cannot_serve(const twohop_comm *c, uint64_t count, size_
 
 /* Topology facts for verbose output. */
 int twohop_comm_nodes(const twohop_comm *c);
+
+/* The twohop-private id agreed for this communicator at set-up (hop-2 tags carry it). */
+uint32_t twohop_comm_id(const twohop_comm *c);
+
+/*
+ * Restores the signal handlers UCX's library constructor installed (its backtrace printer),
+ * unless the user asked for them with UCX_HANDLE_ERRORS: a crash in the application is then
+ * reported by Open MPI alone, as without twohop.
+ */
+void twohop_core_quiet_signals(void);
 
 /* Releases process-wide resources (UCX worker and endpoints). Called at component close. */
 void twohop_core_finalize(void);

@@ -108,7 +108,7 @@ struct mt_type mt_types[] = {
      */
     {"contig3(MPI_INT)", MPI_DATATYPE_NULL, ICT(int), 3, L_PACKED, B(O_USER_SUM), false, 0},
     {"contig2(MPI_DOUBLE)", MPI_DATATYPE_NULL, CT_DOUBLE, 2, L_PACKED, B(O_USER_SUM), false, 0},
-    {"vector(2,1,2,MPI_INT)", MPI_DATATYPE_NULL, ICT(int), 2, L_VECTOR, B(O_USER_SUM), true, 0},
+    {"vector(2,1,2,MPI_INT)", MPI_DATATYPE_NULL, ICT(int), 2, L_VECTOR, B(O_USER_SUM), false, 0},
     {"contig4(MPI_UNSIGNED)=mat2x2", MPI_DATATYPE_NULL, CT_MAT2, 1, L_PACKED, B(O_USER_MAT), false,
      0},
 };

@@ -1,6 +1,10 @@
 #include "node_shm.h"
 
 #include <gtest/gtest.h>
+
+#include <cstdio>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <string>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -50,4 +54,36 @@ TEST(NodeShm, AttachToMissingSegmentFails) {
     std::string err;
     EXPECT_FALSE(s.attach("/twohop-does-not-exist", l, &err));
     EXPECT_NE(err.find("shm_open"), std::string::npos);
+}
+
+/* Names: unique per nonce; a dead creator's segment is removed, a live one's is kept. */
+TEST(NodeShmNames, StaleSegmentsOfDeadProcessesAreRemoved) {
+    const uint64_t ns = twohop::pid_namespace();
+    EXPECT_NE(twohop::shm_name(ns, 42, twohop::random_nonce()),
+              twohop::shm_name(ns, 42, twohop::random_nonce()));
+    char tmpl[] = "/tmp/twohop-shm-test-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    const std::string dir = tmpl;
+    pid_t child = fork();
+    if (child == 0) _exit(0);
+    ASSERT_GT(child, 0);
+    ASSERT_EQ(waitpid(child, nullptr, 0), child); // its pid is now free (not reused this fast)
+    const std::string dead = dir + twohop::shm_name(ns, child, 1);
+    const std::string live = dir + twohop::shm_name(ns, getpid(), 2);
+    const std::string other_ns = dir + twohop::shm_name(ns + 1, child, 3);
+    for (const std::string &f : {dead, live, other_ns}) {
+        FILE *fp = std::fopen(f.c_str(), "w");
+        ASSERT_NE(fp, nullptr) << f;
+        std::fputs("0123456789", fp);
+        std::fclose(fp);
+    }
+    uint64_t bytes = 0;
+    EXPECT_EQ(twohop::remove_stale_segments(dir, ns, &bytes), 1);
+    EXPECT_EQ(bytes, 10u);
+    EXPECT_NE(access(dead.c_str(), F_OK), 0);
+    EXPECT_EQ(access(live.c_str(), F_OK), 0);
+    EXPECT_EQ(access(other_ns.c_str(), F_OK), 0); // another pid namespace: cannot judge
+    std::remove(live.c_str());
+    std::remove(other_ns.c_str());
+    rmdir(dir.c_str());
 }

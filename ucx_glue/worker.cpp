@@ -1,9 +1,20 @@
 #include "worker.h"
 
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
+
+extern "C" void ucs_debug_disable_signals(void) __attribute__((weak));
 
 namespace twohop {
 namespace ucx {
+
+void restore_signal_handlers() {
+    if (std::getenv("UCX_HANDLE_ERRORS") == nullptr && ucs_debug_disable_signals != nullptr) {
+        ucs_debug_disable_signals();
+    }
+}
+
 namespace {
 
 Worker *g_worker = nullptr;
@@ -16,6 +27,7 @@ std::string describe(const char *call, ucs_status_t s) {
 /* Completion callbacks: the request handle is freed here, the user's slot is marked done. */
 void send_done(void *request, ucs_status_t status, void *user) {
     auto *r = static_cast<Request *>(user);
+    r->handle = nullptr;
     r->status = status;
     r->done.store(true, std::memory_order_release);
     ucp_request_free(request);
@@ -23,6 +35,7 @@ void send_done(void *request, ucs_status_t status, void *user) {
 
 void recv_done(void *request, ucs_status_t status, const ucp_tag_recv_info_t *info, void *user) {
     auto *r = static_cast<Request *>(user);
+    r->handle = nullptr;
     r->status = status;
     r->received = (status == UCS_OK && info) ? info->length : 0;
     r->done.store(true, std::memory_order_release);
@@ -38,6 +51,8 @@ int settle(ucs_status_ptr_t req, Request *r) {
         r->status = UCS_PTR_STATUS(req);
         r->done = true;
         return TWOHOP_ERR_TRANSPORT;
+    } else if (!r->done.load(std::memory_order_acquire)) {
+        r->handle = req; // the callback has not run yet (it clears this under the same lock)
     }
     return TWOHOP_OK;
 }
@@ -122,7 +137,7 @@ Worker::~Worker() {
         std::memset(&p, 0, sizeof(p));
         p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
         p.flags = UCP_EP_CLOSE_FLAG_FORCE;
-        ucs_status_ptr_t req = ucp_ep_close_nbx(kv.second, &p);
+        ucs_status_ptr_t req = ucp_ep_close_nbx(kv.second->ep, &p);
         if (UCS_PTR_IS_PTR(req)) {
             while (ucp_request_check_status(req) == UCS_INPROGRESS) ucp_worker_progress(worker_);
             ucp_request_free(req);
@@ -134,18 +149,30 @@ Worker::~Worker() {
 }
 
 void Worker::on_ep_error(void *arg, ucp_ep_h, ucs_status_t) {
-    static_cast<Worker *>(arg)->peer_failed_.store(true, std::memory_order_relaxed);
+    static_cast<Endpoint *>(arg)->failed.store(true, std::memory_order_release);
 }
 
-int Worker::connect(uint64_t peer_key, const uint8_t *addr, std::size_t len, ucp_ep_h *ep,
-                    std::string *err) {
+bool Worker::connected(uint64_t peer_key) {
+    std::lock_guard<std::mutex> lock(eps_mutex_);
+    auto it = eps_.find(peer_key);
+    return it != eps_.end() && !it->second->failed.load(std::memory_order_acquire);
+}
+
+int Worker::connect(uint64_t peer_key, const uint8_t *addr, std::size_t len,
+                    const Endpoint **ep, std::string *err) {
     std::lock_guard<std::mutex> lock(eps_mutex_);
     std::unique_lock<std::mutex> mt_lock(mt_mutex_, std::defer_lock);
     if (mt_) mt_lock.lock();
     auto it = eps_.find(peer_key);
-    if (it != eps_.end()) {
-        *ep = it->second;
+    if (it != eps_.end() && !it->second->failed.load(std::memory_order_acquire)) {
+        *ep = it->second.get();
         return TWOHOP_OK;
+    }
+    // A failed endpoint stays alive (communicators may still point at it) under another key.
+    if (it != eps_.end()) {
+        std::unique_ptr<Endpoint> dead = std::move(it->second);
+        eps_.erase(it);
+        eps_.emplace(~uint64_t(0) - eps_.size(), std::move(dead));
     }
     if (!addr || len == 0) {
         *err = "ucx: no worker address for peer " + std::to_string(peer_key);
@@ -157,15 +184,36 @@ int Worker::connect(uint64_t peer_key, const uint8_t *addr, std::size_t len, ucp
                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
     p.address = reinterpret_cast<const ucp_address_t *>(addr);
     p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    auto rec = std::make_unique<Endpoint>();
+    rec->peer_key = peer_key;
     p.err_handler.cb = &Worker::on_ep_error;
-    p.err_handler.arg = this;
-    ucs_status_t s = ucp_ep_create(worker_, &p, ep);
+    p.err_handler.arg = rec.get();
+    ucs_status_t s = ucp_ep_create(worker_, &p, &rec->ep);
     if (s != UCS_OK) {
         *err = describe(("ucp_ep_create to peer " + std::to_string(peer_key)).c_str(), s);
         return TWOHOP_ERR_TRANSPORT;
     }
-    eps_.emplace(peer_key, *ep);
+    *ep = rec.get();
+    eps_[peer_key] = std::move(rec);
     return TWOHOP_OK;
+}
+
+bool Worker::cancel(Request *r, double max_wait_s) {
+    {
+        std::unique_lock<std::mutex> lock(mt_mutex_, std::defer_lock);
+        if (mt_) lock.lock();
+        if (r->done.load(std::memory_order_acquire)) return true;
+        if (r->handle) ucp_request_cancel(worker_, r->handle);
+    }
+    const auto start = std::chrono::steady_clock::now();
+    while (!r->done.load(std::memory_order_acquire)) {
+        progress();
+        if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >
+            max_wait_s) {
+            return false;
+        }
+    }
+    return true;
 }
 
 bool Worker::progress() {
@@ -198,11 +246,15 @@ int Worker::recv(void *buf, std::size_t bytes, uint64_t tag, Request *r) {
     p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
                      UCP_OP_ATTR_FIELD_RECV_INFO;
     ucp_tag_recv_info_t info;
+    info.sender_tag = 0;
+    // UCX 1.13 does not always fill `info` when the receive completes in place: then only a
+    // longer message is detected (UCS_ERR_MESSAGE_TRUNCATED), a shorter one is taken as full.
+    info.length = SIZE_MAX;
     p.recv_info.tag_info = &info;
     p.cb.recv = recv_done;
     p.user_data = r;
     ucs_status_ptr_t req = ucp_tag_recv_nbx(worker_, buf, bytes, tag, ~uint64_t(0), &p);
-    if (req == nullptr) r->received = info.length; // completed in place: info is filled
+    if (req == nullptr) r->received = info.length == SIZE_MAX ? bytes : info.length;
     return settle(req, r);
 }
 

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -34,11 +35,23 @@ struct Request {
     std::atomic<bool> done{true}; // set (release) by the completion callback, any thread
     ucs_status_t status = UCS_OK;
     std::size_t received = 0; // bytes, for receives
+    void *handle = nullptr;   // UCX request while in flight (for cancel), else nullptr
 
     Request() = default;
     // Copies only make idle slots (containers are sized at set-up, before any transfer).
     Request(const Request &) {}
     Request &operator=(const Request &) = delete;
+};
+
+/*
+ * One cached endpoint to a peer process. `failed` is set by UCX's error callback (peer
+ * process gone, connection lost) and never cleared: the communicators using this endpoint
+ * fail their calls, other communicators of the process are not affected.
+ */
+struct Endpoint {
+    ucp_ep_h ep = nullptr;
+    uint64_t peer_key = 0;
+    std::atomic<bool> failed{false};
 };
 
 /* UCP configuration entries (name without the UCX_ prefix, value), applied in order. */
@@ -61,12 +74,13 @@ class Worker {
 
     /*
      * Endpoint to the process `peer_key` whose worker address is addr[0..len); cached, so a
-     * second call for the same peer returns the same endpoint and ignores addr.
+     * second call for the same peer returns the same endpoint and ignores addr. The returned
+     * object lives until shutdown().
      */
-    int connect(uint64_t peer_key, const uint8_t *addr, std::size_t len, ucp_ep_h *ep,
+    int connect(uint64_t peer_key, const uint8_t *addr, std::size_t len, const Endpoint **ep,
                 std::string *err);
-    /* True when an endpoint to peer_key exists already. */
-    bool connected(uint64_t peer_key) const { return eps_.count(peer_key) != 0; }
+    /* True when a healthy endpoint to peer_key exists already. */
+    bool connected(uint64_t peer_key);
 
     /* Posts a tagged send of `bytes` bytes; r->done turns true at completion. */
     int send(ucp_ep_h ep, const void *buf, std::size_t bytes, uint64_t tag, Request *r);
@@ -75,8 +89,12 @@ class Worker {
     /* Drives UCX; returns true when some event was processed. Under MPI_THREAD_MULTIPLE a
      * thread that finds another one progressing returns at once (that one serves both). */
     bool progress();
-    /* True once any endpoint reported an error (a failed peer): waits must give up. */
-    bool peer_failed() const { return peer_failed_.load(std::memory_order_relaxed); }
+    /*
+     * Cancels r if still in flight and progresses until its completion callback ran, for at
+     * most `max_wait_s` seconds. Returns true when r is settled (its buffer is free again),
+     * false when UCX still owns the buffer (the caller must keep the memory alive).
+     */
+    bool cancel(Request *r, double max_wait_s);
 
   private:
     Worker() = default;
@@ -86,12 +104,18 @@ class Worker {
     ucp_context_h context_ = nullptr;
     ucp_worker_h worker_ = nullptr;
     std::vector<uint8_t> address_;
-    std::unordered_map<uint64_t, ucp_ep_h> eps_;
-    std::atomic<bool> peer_failed_{false};
+    std::unordered_map<uint64_t, std::unique_ptr<Endpoint>> eps_;
     std::mutex eps_mutex_;
     bool mt_ = false;       // serialise UCX calls with mt_mutex_ (MPI_THREAD_MULTIPLE)
     std::mutex mt_mutex_;
 };
+
+/*
+ * Undoes the error-signal handlers libucs installs when it is loaded (UCX_HANDLE_ERRORS
+ * default "bt"), unless UCX_HANDLE_ERRORS is set in the environment. Uses libucs's exported
+ * ucs_debug_disable_signals when the loaded UCX has it; otherwise does nothing.
+ */
+void restore_signal_handlers();
 
 } // namespace ucx
 } // namespace twohop

@@ -1,0 +1,253 @@
+/*
+ * Set-up protocol with threads standing in for ranks: Bruck allgather for every size 1..9,
+ * agreement, communicator-id agreement over overlapping groups of "processes" running at once,
+ * and the bounded failure modes (a rank that runs another allreduce, a silent rank with a
+ * timeout, a message of the wrong size).
+ */
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "comm_ids.h"
+#include "setup_exchange.h"
+
+namespace {
+
+/* An in-memory network: FIFO queues per (source, destination) pair. */
+struct Net {
+    std::mutex m;
+    std::map<std::pair<int, int>, std::deque<std::vector<char>>> q;
+    std::vector<int> foreign; // [rank] runs another allreduce
+    explicit Net(int p) : foreign(p, 0) {}
+};
+
+struct Ctx {
+    Net *net;
+    int me;
+};
+
+struct Req {
+    bool recv;
+    void *buf;
+    size_t bytes;
+    int peer;
+};
+
+int n_isend(void *ctx, const void *buf, size_t bytes, int peer, void **req) {
+    auto *c = static_cast<Ctx *>(ctx);
+    std::lock_guard<std::mutex> l(c->net->m);
+    const char *b = static_cast<const char *>(buf);
+    c->net->q[{c->me, peer}].emplace_back(b, b + bytes);
+    *req = new Req{false, nullptr, bytes, peer};
+    return TWOHOP_OK;
+}
+
+int n_irecv(void *, void *buf, size_t bytes, int peer, void **req) {
+    *req = new Req{true, buf, bytes, peer};
+    return TWOHOP_OK;
+}
+
+int n_test(void *ctx, void *req, int *done) {
+    auto *c = static_cast<Ctx *>(ctx);
+    auto *r = static_cast<Req *>(req);
+    *done = 0;
+    if (!r->recv) {
+        *done = 1;
+        delete r;
+        return TWOHOP_OK;
+    }
+    std::lock_guard<std::mutex> l(c->net->m);
+    auto &dq = c->net->q[{r->peer, c->me}];
+    if (dq.empty()) return TWOHOP_OK;
+    std::vector<char> msg = std::move(dq.front());
+    dq.pop_front();
+    *done = 1;
+    const bool ok = msg.size() == r->bytes;
+    if (ok && r->bytes) std::memcpy(r->buf, msg.data(), r->bytes);
+    delete r;
+    return ok ? TWOHOP_OK : TWOHOP_ERR_MISMATCH;
+}
+
+void n_cancel(void *, void *req) { delete static_cast<Req *>(req); }
+
+int n_foreign(void *ctx, int peer) {
+    auto *c = static_cast<Ctx *>(ctx);
+    std::lock_guard<std::mutex> l(c->net->m);
+    return c->net->foreign[peer];
+}
+
+void n_progress() { std::this_thread::yield(); }
+void n_log(int, const char *) {}
+
+twohop_host host_for(Ctx *c) {
+    twohop_host h{};
+    h.ctx = c;
+    h.isend = n_isend;
+    h.irecv = n_irecv;
+    h.test = n_test;
+    h.cancel = n_cancel;
+    h.foreign_pending = n_foreign;
+    h.progress = n_progress;
+    h.log = n_log;
+    return h;
+}
+
+/* Runs fn(rank, exchange) on p threads over one network. */
+template <class F> void run_ranks(Net &net, int p, double timeout, F fn) {
+    std::vector<std::thread> t;
+    for (int r = 0; r < p; ++r) {
+        t.emplace_back([&, r] {
+            Ctx ctx{&net, r};
+            twohop_host h = host_for(&ctx);
+            twohop::Exchange ex(h, r, p, timeout);
+            fn(r, ex);
+        });
+    }
+    for (auto &x : t) x.join();
+}
+
+TEST(SetupExchange, AllgatherEverySize) {
+    for (int p = 1; p <= 9; ++p) {
+        Net net(p);
+        std::vector<std::vector<uint64_t>> got(p);
+        run_ranks(net, p, 0, [&](int r, twohop::Exchange &ex) {
+            uint64_t mine[2] = {uint64_t(r) * 1000 + 7, ~uint64_t(r)};
+            got[r].resize(2 * p);
+            std::string err;
+            ASSERT_EQ(ex.allgather(mine, got[r].data(), sizeof(mine), &err), TWOHOP_OK) << err;
+        });
+        for (int r = 0; r < p; ++r) {
+            for (int k = 0; k < p; ++k) {
+                EXPECT_EQ(got[r][2 * k], uint64_t(k) * 1000 + 7) << "p=" << p << " r=" << r;
+                EXPECT_EQ(got[r][2 * k + 1], ~uint64_t(k));
+            }
+        }
+        for (auto &kv : net.q) EXPECT_TRUE(kv.second.empty()) << "unconsumed message, p=" << p;
+    }
+}
+
+TEST(SetupExchange, AgreeOrAndMax) {
+    const int p = 5;
+    Net net(p);
+    std::vector<int> any(p);
+    std::vector<uint64_t> mx(p);
+    run_ranks(net, p, 0, [&](int r, twohop::Exchange &ex) {
+        std::string err;
+        ASSERT_EQ(ex.agree_or(r == 3, &any[r], &err), TWOHOP_OK);
+        ASSERT_EQ(ex.agree_max(uint64_t(r * 7 % 5), &mx[r], &err), TWOHOP_OK);
+    });
+    for (int r = 0; r < p; ++r) {
+        EXPECT_EQ(any[r], 1);
+        EXPECT_EQ(mx[r], 4u);
+    }
+}
+
+TEST(SetupExchange, RankRunningAnotherAllreduceIsAnErrorNotAHang) {
+    const int p = 3;
+    Net net(p);
+    net.foreign[2] = 1; // rank 2 never takes part: it is in another allreduce
+    std::vector<int> rc(p, -1);
+    std::vector<std::string> why(p);
+    run_ranks(net, p, 0, [&](int r, twohop::Exchange &ex) {
+        if (r == 2) return;
+        uint64_t v = r, all[3];
+        rc[r] = ex.allgather(&v, all, sizeof(v), &why[r]);
+    });
+    for (int r = 0; r < 2; ++r) {
+        EXPECT_EQ(rc[r], TWOHOP_ERR_MISMATCH);
+        EXPECT_NE(why[r].find("selection differs"), std::string::npos) << why[r];
+    }
+}
+
+TEST(SetupExchange, SilentRankTimesOut) {
+    const int p = 2;
+    Net net(p);
+    int rc = -1;
+    std::string why;
+    run_ranks(net, p, 0.2, [&](int r, twohop::Exchange &ex) {
+        if (r == 1) return; // never sends
+        uint64_t v = r, all[2];
+        rc = ex.allgather(&v, all, sizeof(v), &why);
+    });
+    EXPECT_EQ(rc, TWOHOP_ERR_TIMEOUT);
+    EXPECT_NE(why.find("coll_twohop_timeout"), std::string::npos) << why;
+}
+
+TEST(SetupExchange, WrongSizeIsAMismatch) {
+    Net net(2);
+    net.q[{1, 0}].emplace_back(3, 'x'); // rank 1 "sent" 3 bytes where 8 are expected
+    int rc = -1;
+    std::string why;
+    Ctx ctx{&net, 0};
+    twohop_host h = host_for(&ctx);
+    twohop::Exchange ex(h, 0, 2, 0);
+    uint64_t v = 0, all[2];
+    rc = ex.allgather(&v, all, sizeof(v), &why);
+    EXPECT_EQ(rc, TWOHOP_ERR_MISMATCH);
+}
+
+/*
+ * Four "processes" (one registry each), three communicators over overlapping groups set up
+ * at the same time by separate threads: every communicator gets one id, the same on all its
+ * members, and no process holds the same id twice.
+ */
+TEST(CommIds, OverlappingGroupsConcurrently) {
+    const int P = 4;
+    std::vector<twohop::CommIdRegistry> procs(P);
+    // Pre-existing ids make the processes disagree at first.
+    procs[0].reserve_exact(0);
+    procs[1].reserve_exact(1);
+    procs[2].reserve_exact(0);
+    procs[2].reserve_exact(2);
+    const std::vector<std::vector<int>> groups = {{0, 1, 2}, {1, 2, 3}, {0, 3}};
+    std::vector<std::vector<uint32_t>> ids(groups.size());
+    std::vector<std::thread> comms;
+    for (size_t g = 0; g < groups.size(); ++g) {
+        comms.emplace_back([&, g] {
+            const int p = static_cast<int>(groups[g].size());
+            Net net(p);
+            ids[g].resize(p);
+            run_ranks(net, p, 0, [&](int r, twohop::Exchange &ex) {
+                std::string err;
+                twohop::CommIdRegistry &reg = procs[groups[g][r]];
+                ASSERT_EQ(twohop::agree_comm_id(ex, reg, &ids[g][r], &err), TWOHOP_OK) << err;
+            });
+        });
+    }
+    for (auto &t : comms) t.join();
+    std::vector<std::set<uint32_t>> held(P);
+    for (size_t g = 0; g < groups.size(); ++g) {
+        for (size_t r = 0; r < groups[g].size(); ++r) {
+            EXPECT_EQ(ids[g][r], ids[g][0]) << "communicator " << g;
+            EXPECT_TRUE(held[groups[g][r]].insert(ids[g][r]).second)
+                << "process " << groups[g][r] << " got id " << ids[g][r] << " twice";
+        }
+    }
+    EXPECT_NE(ids[0][0], 0u); // taken on processes 0 and 2
+    EXPECT_NE(ids[0][0], 1u);
+    EXPECT_NE(ids[0][0], 2u);
+    for (int p = 0; p < P; ++p) {
+        // pre-reserved + one per communicator the process is in, nothing leaked
+        size_t want = (p == 2 ? 2 : p < 2 ? 1 : 0);
+        for (auto &g : groups) want += std::count(g.begin(), g.end(), p);
+        EXPECT_EQ(procs[p].size(), want) << "process " << p;
+    }
+}
+
+TEST(CommIds, ExhaustedIsNoMemoryEverywhere) {
+    twohop::CommIdRegistry full, empty;
+    for (uint32_t i = 0; i < 64; ++i) full.reserve_exact(twohop::kMaxCommIds - 1 - i);
+    EXPECT_EQ(full.reserve_from(twohop::kMaxCommIds - 64), twohop::kMaxCommIds);
+    EXPECT_EQ(empty.reserve_from(5), 5u);
+    empty.release(5);
+    EXPECT_EQ(empty.size(), 0u);
+}
+
+} // namespace
