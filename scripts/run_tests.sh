@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# README command 2: set up and build, run every Meson test (unit and MPI) once, and print as the
-# final line "N passed, N failed, N skipped" from build/meson-logs/testlog.json.
-# Exit status: non-zero if a test failed, the build failed, or no test ran.
+# README command 2: set up and build, run every Meson test (unit and MPI) once, then the
+# sanitizer builds (scripts/sanitizer_builds.sh: ASan+UBSan and TSan, their 'sanitize' suite), and
+# print as the final line "N passed, N failed, N skipped" summed over the testlog.json of every
+# build directory (a sanitizer build that does not compile counts as one failed test).
+# Exit status: non-zero if a test failed, a build failed, or no test ran.
 # Environment: BUILD_DIR (default build); MESON_TEST_ARGS (extra `meson test` options, e.g.
-# "--suite mpi"); MPI_TESTS_COLL=tuned runs the MPI tests against plain Open MPI as a baseline.
+# "--suite mpi"); MPI_TESTS_COLL=tuned runs the MPI tests against plain Open MPI as a baseline;
+# SKIP_SANITIZERS=1 skips the sanitizer builds (quick local runs; CI runs them).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 build=${BUILD_DIR:-build}
@@ -26,6 +29,20 @@ if [[ ! -f $log ]]; then
     exit 1
 fi
 
+logs=("$log")
+san_failed=0
+if [[ ${SKIP_SANITIZERS:-0} != 1 ]]; then
+    bash scripts/sanitizer_builds.sh asan tsan || test_rc=1
+    for d in build-asan build-tsan; do
+        if [[ -f $d/meson-logs/testlog.json ]]; then
+            logs+=("$d/meson-logs/testlog.json")
+        else
+            echo "run_tests.sh: $d: no test log (build failed)" >&2
+            san_failed=$((san_failed + 1))
+        fi
+    done
+fi
+
 # One JSON object per line; its "result" is OK, EXPECTEDFAIL, SKIP, FAIL, TIMEOUT, ERROR or
 # UNEXPECTEDPASS. Plain POSIX awk (mawk or gawk).
 summary=$(awk '
@@ -44,8 +61,9 @@ summary=$(awk '
         sub(/"$/, "", t)
         return t
     }
-    END { printf "%d %d %d\n", pass, fail, skip }' "$log")
+    END { printf "%d %d %d\n", pass, fail, skip }' "${logs[@]}")
 read -r passed failed skipped <<<"$summary"
+failed=$((failed + san_failed))
 
 echo "$passed passed, $failed failed, $skipped skipped"
 if ((failed > 0 || passed + failed + skipped == 0 || (test_rc != 0 && failed == 0))); then
