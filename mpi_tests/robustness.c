@@ -15,6 +15,8 @@
  *                  an error at once, and a fresh communicator must work afterwards
  *   simple         a few MPI_INT sums with value checks; prints "WRONG" on a wrong value
  *   killsetup      rank 1 kills itself (SIGKILL) before its first allreduce; the others call it
+ *   crash          one allreduce (hop 2 over UCX with virtual nodes), then rank 0 dereferences
+ *                  a null pointer: the crash report must be Open MPI's alone
  *   manycomms N    N duplicates of MPI_COMM_WORLD alive at once, a 2.4 MB allreduce on each
  *                  (exact results whether twohop served or fell back)
  * Exit status 0 on success; failures are printed as "FAIL ...".
@@ -281,6 +283,16 @@ static int mode_killsetup(void) {
     return mode_simple();
 }
 
+static int mode_crash(void) {
+    mode_simple();
+    if (rank == 0) {
+        volatile int *null = NULL;
+        *null = 1;
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    return 0;
+}
+
 static int mode_manycomms(int n) {
     MPI_Comm *comms = malloc(n * sizeof(MPI_Comm));
     const long count = 300000;
@@ -332,6 +344,8 @@ int main(int argc, char **argv) {
         mode_simple();
     } else if (!strcmp(mode, "killsetup")) {
         mode_killsetup();
+    } else if (!strcmp(mode, "crash")) {
+        mode_crash();
     } else if (!strcmp(mode, "manycomms")) {
         mode_manycomms(argc > 2 ? atoi(argv[2]) : 12);
     } else {

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# Robustness scenarios of twohop under mpirun, each with its pass criterion.
+#
+# usage: robustness.sh -b BUILD_DIR SCENARIO
+#   layouts NP [VNODES]  per-rank datatype layouts of one signature, user op (robustness layouts)
+#   intrinsic NP [VNODES] predefined ops on per-rank layouts and counts (mpi_param_check 0)
+#   countmismatch        user op, same signature, different counts: every rank gets an error
+#   selection            one rank runs with coll_twohop_priority -1: the job must fail with a
+#                        clear "selection differs" message within 60 s and never print a
+#                        wrong result
+#   killsetup            a rank is SIGKILLed before its first allreduce: mpirun exits non-zero
+#                        within 15 s; no twohop segment is left in /dev/shm
+#   quiet                RC settings on a host without RDMA devices, hop 2 over UCX: no UCX
+#                        configuration warning is printed
+#   crash                a rank dereferences NULL after twohop used UCX: Open MPI's report only,
+#                        no UCX backtrace ("==== backtrace")
+#   stale                a segment of a dead twohop process in /dev/shm is removed (and said so)
+#   shm64                a private 64 MiB /dev/shm (needs root and unshare; else skipped, 77):
+#                        12 live communicators of 4 ranks: exact results, twohop serves what
+#                        fits, one notice per process for the rest
+# Exit status 0 = pass, 77 = skipped, anything else = fail.
+set -uo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+build=./build
+while getopts "b:" opt; do
+    case $opt in
+    b) build=$OPTARG ;;
+    *) exit 2 ;;
+    esac
+done
+shift $((OPTIND - 1))
+scenario=${1:-}
+shift || true
+prog=$build/mpi_tests/robustness
+run=(bash "$here/run_mpi.sh" -b "$build")
+seg=(-m coll_twohop_segment_bytes=262144)
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+
+fail() { echo "robustness.sh $scenario: FAIL: $*" >&2; cat "$out" >&2; exit 1; }
+
+shm_files() { ls /dev/shm 2>/dev/null | grep -c '^twohop-' || true; }
+
+case $scenario in
+layouts | intrinsic)
+    np=$1 vn=${2:-}
+    extra=()
+    [[ -n $vn ]] && extra=(-v "$vn")
+    [[ $scenario == intrinsic ]] && extra+=(-m mpi_param_check=0)
+    "${run[@]}" -n "$np" -t 200 "${seg[@]}" "${extra[@]}" -- "$prog" "$scenario" >"$out" 2>&1 ||
+        fail "exit $?"
+    grep -q "robustness $scenario: OK" "$out" || fail "no OK line"
+    ;;
+countmismatch)
+    "${run[@]}" -n 2 -t 100 -- "$prog" countmismatch >"$out" 2>&1 || fail "exit $?"
+    grep -q "robustness countmismatch: OK" "$out" || fail "no OK line"
+    grep -q "different message sizes" "$out" || fail "no reason printed"
+    ;;
+selection)
+    # MPMD: rank 0 with twohop disabled, rank 1 with twohop; everything else identical.
+    sysdir=$(ompi_info --parsable --path pkglibdir | cut -d: -f3)
+    path="$(cd "$build/coll" && pwd):$sysdir"
+    start=$SECONDS
+    rc=0
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout -k 5 90 \
+        mpirun --oversubscribe --bind-to none --mca coll twohop,tuned,basic,libnbc,self \
+        --mca mca_base_component_path "$path" \
+        -np 1 env OMPI_MCA_coll_twohop_priority=-1 "$prog" simple : -np 1 "$prog" simple \
+        >"$out" 2>&1 || rc=$?
+    took=$((SECONDS - start))
+    [[ $rc -ne 0 ]] || fail "the job succeeded although selection differs"
+    [[ $rc -ne 124 && $took -le 60 ]] || fail "no error within 60 s (took $took s, rc $rc)"
+    grep -q "WRONG" "$out" && fail "a wrong result was returned"
+    grep -q "selection differs" "$out" || fail "no 'selection differs' message"
+    echo "selection: failed cleanly after $took s"
+    ;;
+killsetup)
+    before=$(shm_files)
+    start=$SECONDS
+    rc=0
+    "${run[@]}" -n 4 -t 60 -v sizes:3,1 -- "$prog" killsetup >"$out" 2>&1 || rc=$?
+    took=$((SECONDS - start))
+    [[ $rc -ne 0 ]] || fail "mpirun exited 0"
+    [[ $took -le 15 ]] || fail "mpirun took $took s"
+    sleep 1
+    after=$(shm_files)
+    [[ $after -le $before ]] || fail "twohop segments left in /dev/shm ($before -> $after)"
+    pgrep -f "$prog killsetup" >/dev/null && fail "processes left"
+    echo "killsetup: mpirun exited $rc after $took s, /dev/shm clean"
+    ;;
+quiet)
+    [[ -d /sys/class/infiniband ]] && { echo "host has RDMA devices"; exit 77; }
+    "${run[@]}" -n 2 -t 60 -v block:2 -m coll_twohop_rc_timeout=20 -m coll_twohop_rc_sl=3 \
+        -m coll_twohop_rc_adaptive_routing=1 -- "$prog" simple >"$out" 2>&1 || fail "exit $?"
+    grep -qi "invalid configuration\|UCX  WARN" "$out" && fail "UCX printed warnings"
+    grep -q "robustness simple: OK" "$out" || fail "no OK line"
+    ;;
+crash)
+    rc=0
+    "${run[@]}" -n 2 -t 60 -v block:2 -- "$prog" crash >"$out" 2>&1 || rc=$?
+    [[ $rc -ne 0 ]] || fail "the crash went unnoticed"
+    grep -q "Segmentation fault\|signal 11" "$out" || fail "no crash report"
+    grep -q "==== backtrace" "$out" && fail "UCX printed its backtrace"
+    ;;
+stale)
+    sh -c 'exit 0' &
+    dead=$!
+    wait $dead
+    pidns=$(stat -L -c %i /proc/self/ns/pid)
+    f=/dev/shm/twohop-$(id -u)-$pidns-$dead-00000000deadbeef
+    head -c 1048576 /dev/zero >"$f" || fail "cannot create $f"
+    "${run[@]}" -n 2 -t 60 -- "$prog" simple >"$out" 2>&1 || fail "exit $?"
+    [[ -e $f ]] && { rm -f "$f"; fail "stale segment $f still there"; }
+    grep -q "removed 1 shared-memory segment" "$out" || fail "removal not reported"
+    ;;
+shm64)
+    [[ $(id -u) -eq 0 ]] && command -v unshare >/dev/null || { echo "needs root"; exit 77; }
+    unshare --mount --propagation private true 2>/dev/null || { echo "no mount ns"; exit 77; }
+    cmd="mount -t tmpfs -o size=64m tmpfs /dev/shm && $(printf '%q ' "${run[@]}") -n 4 -t 200 -- $(printf '%q' "$prog") manycomms 12"
+    unshare --mount --propagation private bash -c "$cmd" >"$out" 2>&1 || fail "exit $?"
+    grep -q "robustness manycomms: OK" "$out" || fail "no OK line"
+    grep -q "twohop served [1-9]" "$out" || fail "twohop served no communicator"
+    grep -q "fell back [1-9]" "$out" || fail "expected some communicators to fall back in 64 MiB"
+    n=$(grep -c "does not serve this communicator" "$out")
+    [[ $n -ge 1 && $n -le 4 ]] || fail "$n resource notices (want 1 per process at most)"
+    grep "manycomms:" "$out"
+    ;;
+*)
+    echo "robustness.sh: unknown scenario '$scenario'" >&2
+    exit 2
+    ;;
+esac
+echo "robustness.sh $scenario: PASS"
