@@ -179,10 +179,7 @@ int finish_rings(twohop_comm *c, int set) {
 /* Canonical bytes [off, off + len) of the user's input into dst (shared memory). */
 int read_in(twohop_comm *c, const twohop_userbuf &b, char *dst, uint64_t off, uint64_t len) {
     if (len == 0) return TWOHOP_OK;
-    if (b.direct) {
-        c->mem->to_shm(dst, b.direct + off, len);
-        return TWOHOP_OK;
-    }
+    if (b.direct) return c->mem->to_host(dst, b.direct + off, len);
     return b.read(b.ctx, dst, off, len) == 0 ? TWOHOP_OK : TWOHOP_ERR_HOST;
 }
 
@@ -190,10 +187,7 @@ int read_in(twohop_comm *c, const twohop_userbuf &b, char *dst, uint64_t off, ui
 int write_out(twohop_comm *c, const twohop_userbuf &b, uint64_t off, const char *src,
               uint64_t len, bool streaming) {
     if (len == 0) return TWOHOP_OK;
-    if (b.direct) {
-        c->mem->from_shm(b.direct + off, src, len, streaming);
-        return TWOHOP_OK;
-    }
+    if (b.direct) return c->mem->from_host(b.direct + off, src, len, streaming);
     return b.write(b.ctx, src, off, len) == 0 ? TWOHOP_OK : TWOHOP_ERR_HOST;
 }
 

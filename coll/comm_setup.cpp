@@ -28,6 +28,8 @@
 
 #include "comm_ids.h"
 #include "comm_state.h"
+#include "cuda_driver.h"
+#include "memory_kind.h"
 #include "rc_settings.h"
 #include "segment_plan.h"
 #include "setup_exchange.h"
@@ -396,3 +398,23 @@ extern "C" uint32_t twohop_comm_id(const twohop_comm *c) { return c->comm_id; }
 extern "C" void twohop_core_finalize(void) { twohop::ucx::Worker::shutdown(); }
 
 extern "C" void twohop_core_quiet_signals(void) { twohop::ucx::restore_signal_handlers(); }
+
+extern "C" int twohop_memory_kind(const void *p) {
+    return static_cast<int>(twohop::memory_kind(p));
+}
+
+extern "C" int twohop_kind_to_host(int kind, void *host, const void *user, size_t n) {
+    return twohop::mem_ops(static_cast<twohop::MemoryKind>(kind)).to_host(host, user, n);
+}
+
+extern "C" int twohop_kind_from_host(int kind, void *user, const void *host, size_t n) {
+    return twohop::mem_ops(static_cast<twohop::MemoryKind>(kind)).from_host(user, host, n, false);
+}
+
+extern "C" int twohop_memory_kinds_init(int poison_testing, char *why, size_t whylen) {
+    twohop::set_poisoned_memory_testing(poison_testing != 0);
+    std::string w;
+    const bool ok = twohop::cuda::load(&w);
+    if (!ok && why && whylen) std::snprintf(why, whylen, "%s", w.c_str());
+    return ok ? 1 : 0;
+}

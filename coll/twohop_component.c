@@ -265,6 +265,56 @@ static int map_op(ompi_op_t *op) {
     return -1;
 }
 
+/* ------------------------------------------------------------ memory kinds ---- */
+
+/* A canonical-layout buffer in memory the host must reach through its kind's copies. */
+typedef struct kind_view {
+    int kind;
+    char *base;
+} kind_view;
+
+static int kind_read(void *ctx, void *dst, uint64_t off, uint64_t len) {
+    const kind_view *k = (const kind_view *)ctx;
+    return twohop_kind_to_host(k->kind, dst, k->base + off, (size_t)len);
+}
+
+static int kind_write(void *ctx, const void *src, uint64_t off, uint64_t len) {
+    const kind_view *k = (const kind_view *)ctx;
+    return twohop_kind_from_host(k->kind, k->base + off, src, (size_t)len);
+}
+
+/*
+ * A host copy of the bytes `count` items of `dtype` occupy at buf (from the first to the last
+ * byte of the type map, holes included), for memory the host must not touch directly: the
+ * previous module or Open MPI's convertor then work on host memory only.
+ */
+typedef struct staging {
+    char *user_lo;  /* first byte of the type map in user memory */
+    char *host;     /* its host copy */
+    size_t bytes;
+    ptrdiff_t true_lb;
+} staging;
+
+static int stage_in(staging *st, int kind, const char *buf, ompi_datatype_t *dtype,
+                    size_t count) {
+    ptrdiff_t lb, extent, true_lb, true_extent;
+    ompi_datatype_get_extent(dtype, &lb, &extent);
+    ompi_datatype_get_true_extent(dtype, &true_lb, &true_extent);
+    st->true_lb = true_lb;
+    st->bytes = count ? (size_t)true_extent + (count - 1) * (size_t)extent : 0;
+    st->user_lo = (char *)buf + true_lb;
+    st->host = (char *)malloc(st->bytes + 1);
+    if (st->host == NULL) return TWOHOP_ERR_NO_MEMORY;
+    return twohop_kind_to_host(kind, st->host, st->user_lo, st->bytes);
+}
+
+/* The buffer address to give MPI-level code for the staged copy. */
+static char *staged_buf(const staging *st) { return st->host - st->true_lb; }
+
+static int stage_out(staging *st, int kind) {
+    return twohop_kind_from_host(kind, st->user_lo, st->host, st->bytes);
+}
+
 /* ------------------------------------------------ layouts and conversion ---- */
 
 /*
@@ -355,16 +405,33 @@ static bool layout_is_packed(ompi_datatype_t *d, size_t count) {
     return lb == 0 && true_lb == 0 && ompi_datatype_is_contiguous_memory_layout(d, count);
 }
 
-/* Fills *ub (and *v for the converted case) for one buffer of this rank. */
-static void make_userbuf(twohop_userbuf *ub, layout_view *v, char *buf, ompi_datatype_t *dtype,
-                         size_t count, ompi_datatype_t *base, size_t base_size,
-                         size_t base_extent) {
+/* True when count items of dtype are the reduction's canonical layout, starting at buf. */
+static bool layout_is_canonical(ompi_datatype_t *dtype, size_t count, ompi_datatype_t *base,
+                                size_t base_size, size_t base_extent) {
+    return base ? (ompi_datatype_is_predefined(dtype) ||
+                   (base_size == base_extent && layout_is_packed(dtype, count)))
+                : layout_is_packed(dtype, count);
+}
+
+/*
+ * Fills *ub for one host buffer of this rank (*v holds the convertor view when its layout is
+ * not canonical), or, for canonical memory of another kind, a view through the kind's copies
+ * (*kv). Non-canonical memory of another kind is staged by the caller first.
+ */
+static void make_userbuf(twohop_userbuf *ub, layout_view *v, kind_view *kv, int kind,
+                         char *buf, ompi_datatype_t *dtype, size_t count, ompi_datatype_t *base,
+                         size_t base_size, size_t base_extent) {
     memset(ub, 0, sizeof(*ub));
-    const bool canonical = base ? (ompi_datatype_is_predefined(dtype) ||
-                                   (base_size == base_extent && layout_is_packed(dtype, count)))
-                                : layout_is_packed(dtype, count);
-    if (canonical) {
-        ub->direct = buf;
+    if (layout_is_canonical(dtype, count, base, base_size, base_extent)) {
+        if (kind == TWOHOP_KIND_HOST) {
+            ub->direct = buf;
+        } else {
+            kv->kind = kind;
+            kv->base = buf;
+            ub->ctx = kv;
+            ub->read = kind_read;
+            ub->write = kind_write;
+        }
         return;
     }
     v->dtype = dtype;
@@ -548,16 +615,42 @@ static int to_mpi_error(int rc) {
     }
 }
 
+/*
+ * Hands the call to the previously selected module. Buffers the host must not touch (device
+ * memory, the poisoned testing kind) are staged through host copies first: a device pointer
+ * never reaches a host-only module. Kinds only decide how this rank stages, never whether it
+ * falls back.
+ */
 static int fallback(twohop_module *m, const char *why, const void *sbuf, void *rbuf, int count,
-                    ompi_datatype_t *dtype, ompi_op_t *op) {
+                    ompi_datatype_t *dtype, ompi_op_t *op, int kin, int kout) {
+    const bool staged = kin != TWOHOP_KIND_HOST || kout != TWOHOP_KIND_HOST;
     if (why != m->last_reason) {
         opal_output_verbose(1, output_stream,
-                            "coll:twohop: comm %s (cid %u): allreduce falls back: %s",
-                            m->comm->c_name, ompi_comm_get_cid(m->comm), why);
+                            "coll:twohop: comm %s (cid %u): allreduce falls back%s: %s",
+                            m->comm->c_name, ompi_comm_get_cid(m->comm),
+                            staged ? " (buffers staged through host memory)" : "", why);
         m->last_reason = why;
     }
     __atomic_add_fetch(&fallback_calls, 1, __ATOMIC_RELAXED);
-    return m->prev_allreduce(sbuf, rbuf, count, dtype, op, m->comm, m->prev_allreduce_module);
+    if (!staged || count <= 0) {
+        return m->prev_allreduce(sbuf, rbuf, count, dtype, op, m->comm, m->prev_allreduce_module);
+    }
+    staging sin = {0}, sout = {0};
+    const bool in_place = sbuf == MPI_IN_PLACE;
+    int rc = stage_in(&sout, kout, (const char *)rbuf, dtype, (size_t)count);
+    if (rc == TWOHOP_OK && !in_place) rc = stage_in(&sin, kin, (const char *)sbuf, dtype, (size_t)count);
+    int mpi_rc = OMPI_ERR_OUT_OF_RESOURCE;
+    if (rc == TWOHOP_OK) {
+        mpi_rc = m->prev_allreduce(in_place ? MPI_IN_PLACE : staged_buf(&sin), staged_buf(&sout),
+                                   count, dtype, op, m->comm, m->prev_allreduce_module);
+        if (mpi_rc == MPI_SUCCESS && stage_out(&sout, kout) != TWOHOP_OK) mpi_rc = OMPI_ERROR;
+    } else {
+        opal_output(0, "coll:twohop: comm %s: staging a device buffer through host memory "
+                    "failed", m->comm->c_name);
+    }
+    free(sin.host);
+    free(sout.host);
+    return mpi_rc;
 }
 
 static int twohop_allreduce(const void *sbuf, void *rbuf, int count, ompi_datatype_t *dtype,
@@ -570,39 +663,72 @@ static int twohop_allreduce(const void *sbuf, void *rbuf, int count, ompi_dataty
     size_t base_size, base_extent, elems_per_item;
     size_t type_size;
     (void)comm;
-    if (count < 0) return fallback(m, "negative count", sbuf, rbuf, count, dtype, op);
+    const bool in_place = sbuf == MPI_IN_PLACE;
+    /* How this rank reaches its buffers: never part of a decision. */
+    const int kout = count > 0 ? twohop_memory_kind(rbuf) : TWOHOP_KIND_HOST;
+    const int kin = in_place || count <= 0 ? kout : twohop_memory_kind(sbuf);
+    if (count < 0) return fallback(m, "negative count", sbuf, rbuf, count, dtype, op, kin, kout);
     const char *why = classify(dtype, op, &red, &uctx, &base, &base_size, &base_extent,
                                &elems_per_item);
-    if (why) return fallback(m, why, sbuf, rbuf, count, dtype, op);
+    if (why) return fallback(m, why, sbuf, rbuf, count, dtype, op, kin, kout);
     ompi_datatype_type_size(dtype, &type_size);
     if (count == 0 || type_size == 0) return MPI_SUCCESS; /* empty signature on every rank */
     if (m->setup_state == 0) (void)setup(m);
     if (m->setup_state == -2) {
         return MPI_ERR_OTHER; /* reported once in setup(); the ranks cannot agree any more */
     }
-    if (m->setup_state < 0) return fallback(m, "set-up failed", sbuf, rbuf, count, dtype, op);
+    if (m->setup_state < 0) {
+        return fallback(m, "set-up failed", sbuf, rbuf, count, dtype, op, kin, kout);
+    }
     why = twohop_comm_cannot_serve(m->core, (uint64_t)count, red.item_bytes);
-    if (why) return fallback(m, why, sbuf, rbuf, count, dtype, op);
+    if (why) return fallback(m, why, sbuf, rbuf, count, dtype, op, kin, kout);
 
-    /* This rank's access to its buffers (layouts may differ between ranks). */
+    /* This rank's access to its buffers (layouts and memory kinds may differ between ranks).
+     * Memory of another kind in a non-canonical layout is staged whole through host memory. */
     const uint64_t n = (uint64_t)count * elems_per_item;
+    const size_t cnt = (size_t)count;
     twohop_userbuf in, out;
     layout_view vin, vout;
-    const bool in_place = sbuf == MPI_IN_PLACE;
-    make_userbuf(&out, &vout, (char *)rbuf, dtype, (size_t)count, base, base_size, base_extent);
-    make_userbuf(&in, &vin, (char *)(in_place ? rbuf : sbuf), dtype, (size_t)count, base,
-                 base_size, base_extent);
-    if (red.op == TWOHOP_OP_USER) uctx.packed = layout_is_packed(dtype, (size_t)count);
+    kind_view kvin, kvout;
+    staging sin = {0}, sout = {0};
+    char *ibuf = (char *)(in_place ? rbuf : sbuf), *obuf = (char *)rbuf;
+    int ki = kin, ko = kout;
+    int rc = TWOHOP_OK;
+    if (ko != TWOHOP_KIND_HOST &&
+        !layout_is_canonical(dtype, cnt, base, base_size, base_extent)) {
+        rc = stage_in(&sout, ko, obuf, dtype, cnt);
+        obuf = staged_buf(&sout);
+        if (in_place) ibuf = obuf, ki = TWOHOP_KIND_HOST;
+        ko = TWOHOP_KIND_HOST;
+    }
+    if (rc == TWOHOP_OK && ki != TWOHOP_KIND_HOST &&
+        !layout_is_canonical(dtype, cnt, base, base_size, base_extent)) {
+        rc = stage_in(&sin, ki, ibuf, dtype, cnt);
+        ibuf = staged_buf(&sin);
+        ki = TWOHOP_KIND_HOST;
+    }
+    make_userbuf(&out, &vout, &kvout, ko, obuf, dtype, cnt, base, base_size, base_extent);
+    make_userbuf(&in, &vin, &kvin, ki, ibuf, dtype, cnt, base, base_size, base_extent);
+    if (red.op == TWOHOP_OP_USER) uctx.packed = layout_is_packed(dtype, cnt);
     if (OPAL_UNLIKELY(params.verbose >= 3)) {
         opal_output_verbose(3, output_stream,
-                            "coll:twohop: comm %s: allreduce of %llu x %zu bytes, %s %s%s%s",
+                            "coll:twohop: comm %s: allreduce of %llu x %zu bytes, %s %s%s%s%s",
                             m->comm->c_name, (unsigned long long)n, red.item_bytes,
                             red.op == TWOHOP_OP_USER ? "user type" : twohop_dtype_name(red.dtype),
                             twohop_op_name(red.op), in_place ? ", in place" : "",
-                            in.direct && out.direct ? "" : ", converted layout");
+                            in.direct && out.direct ? "" : ", converted layout",
+                            kin != TWOHOP_KIND_HOST || kout != TWOHOP_KIND_HOST
+                                ? ", device memory" : "");
     }
     char fail_why[256] = "";
-    int rc = twohop_comm_allreduce(m->core, &in, &out, n, &red, fail_why, sizeof(fail_why));
+    if (rc == TWOHOP_OK) {
+        rc = twohop_comm_allreduce(m->core, &in, &out, n, &red, fail_why, sizeof(fail_why));
+        if (rc == TWOHOP_OK && sout.host) rc = stage_out(&sout, kout);
+    } else {
+        snprintf(fail_why, sizeof(fail_why), "staging a device buffer through host memory failed");
+    }
+    free(sin.host);
+    free(sout.host);
     __atomic_add_fetch(&served_calls, 1, __ATOMIC_RELAXED);
     if (rc != TWOHOP_OK && !m->error_reported) {
         m->error_reported = 1;
@@ -740,6 +866,10 @@ static int twohop_open(void) {
     }
     /* Loading twohop must not change how the application's crashes are reported. */
     twohop_core_quiet_signals();
+    char why[256] = "";
+    if (!twohop_memory_kinds_init(params.test_poisoned_memory, why, sizeof(why))) {
+        opal_output_verbose(2, output_stream, "coll:twohop: device buffers not served: %s", why);
+    }
     return OMPI_SUCCESS;
 }
 

@@ -45,10 +45,26 @@ typedef struct twohop_host {
 } twohop_host;
 
 /*
+ * Memory kinds of user buffers (memory_kind.h): per buffer and per call, never a reason to
+ * change the schedule or a fallback decision.
+ */
+enum { TWOHOP_KIND_HOST = 0, TWOHOP_KIND_CUDA = 1, TWOHOP_KIND_POISONED = 2 };
+/* Kind of the memory at p. */
+int twohop_memory_kind(const void *p);
+/* Copies n bytes from user memory of `kind` to host memory, and back; 0 or a twohop_status. */
+int twohop_kind_to_host(int kind, void *host, const void *user, size_t n);
+int twohop_kind_from_host(int kind, void *user, const void *host, size_t n);
+/*
+ * At component open: resolves the CUDA driver (1 when device buffers can be served, else 0
+ * with *why saying why), and turns the poisoned-memory testing aid on or off.
+ */
+int twohop_memory_kinds_init(int poison_testing, char *why, size_t whylen);
+
+/*
  * One user buffer of an allreduce as the core sees it, in the reduction's canonical layout
  * (count items of item_bytes, consecutive, starting at byte 0). `direct` is non-NULL when the
- * user's layout is exactly that (then the core reads/writes it through the memory-kind copy
- * operations); otherwise every access goes through read/write, which convert between the
+ * user's layout is exactly that and the memory is host memory (then the core reads/writes it
+ * through the host kind's copy operations, and may read it in place); otherwise every access goes through read/write, which convert between the
  * user's layout and canonical bytes [off, off + len) (off and len are multiples of the item
  * size). This is per rank: ranks may pass different layouts of the same type signature.
  */

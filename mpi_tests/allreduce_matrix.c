@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include <mpi.h>
+#include <sys/mman.h>
 
 #include "matrix_driver.h"
 
@@ -68,6 +69,10 @@ static void usage(void) {
         "                   known_ompi_bug) are listed as KNOWN, not failures (baselines)\n"
         "  --inject KIND    self-test of the checks: corrupt one result on the last rank\n"
         "                   (value, canary, sendbuf or gap); the run must then fail\n"
+        "  --poison         send/receive buffers are mapped PROT_NONE during every call that\n"
+        "                   reaches a coll component (run with the MCA parameter\n"
+        "                   coll_twohop_test_poisoned_memory=1): any host access outside\n"
+        "                   twohop's memory-kind copies crashes the run\n"
         "  --vnodes SPEC    node layout for the interleaved shape (default: the MCA param\n"
         "                   coll_twohop_virtual_nodes from the environment, else real hosts)\n");
 }
@@ -92,6 +97,8 @@ static int parse_args(int argc, char **argv, struct options *o) {
             o->inject = argv[++i];
         } else if (!strcmp(a, "--tolerate-ompi-bugs")) {
             o->tolerate_ompi_bugs = true;
+        } else if (!strcmp(a, "--poison")) {
+            o->poison = true;
         } else if (!strcmp(a, "--verbose")) {
             o->verbose = true;
         } else if (!strcmp(a, "--timeout") && v) {
@@ -120,11 +127,45 @@ static size_t env_size(const char *name, size_t dflt) {
     return s && *s ? (size_t)strtoull(s, NULL, 0) : dflt;
 }
 
+/* Slots of the MPI send and receive buffers (page-aligned mappings with --poison). */
+#define SLOT_SEND 3
+#define SLOT_RECV 4
+static bool slot_mapped(const struct ctx *cx, int slot) {
+    return cx->opt.poison && (slot == SLOT_SEND || slot == SLOT_RECV);
+}
+
+static void scratch_free(struct ctx *cx, int slot) {
+    if (slot_mapped(cx, slot)) {
+        if (cx->scratch[slot]) munmap(cx->scratch[slot], cx->scratch_len[slot]);
+    } else {
+        free(cx->scratch[slot]);
+    }
+    cx->scratch[slot] = NULL;
+}
+
+/* --poison: no host access to the MPI buffers (on) / back to normal (off). */
+static void poison_buffers(struct ctx *cx, bool on) {
+    for (int slot = SLOT_SEND; slot <= SLOT_RECV; slot++) {
+        if (mprotect(cx->scratch[slot], cx->scratch_len[slot],
+                     on ? PROT_NONE : PROT_READ | PROT_WRITE) != 0) {
+            perror("allreduce_matrix: mprotect");
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+    }
+}
+
 /* Returns scratch buffer `slot` with at least len bytes. */
 void *scratch(struct ctx *cx, int slot, size_t len) {
     if (cx->scratch_len[slot] < len) {
-        free(cx->scratch[slot]);
-        cx->scratch[slot] = malloc(len);
+        scratch_free(cx, slot);
+        if (slot_mapped(cx, slot)) {
+            const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+            len = (len + page - 1) / page * page;
+            void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            cx->scratch[slot] = p == MAP_FAILED ? NULL : p;
+        } else {
+            cx->scratch[slot] = malloc(len);
+        }
         if (!cx->scratch[slot]) {
             fprintf(stderr, "allreduce_matrix: out of memory (%zu bytes)\n", len);
             MPI_Abort(MPI_COMM_WORLD, 2);
@@ -466,8 +507,11 @@ static void run_case(struct ctx *cx, int si, int t, int op, long long count, int
             layout_put(ty, in, (size_t)count, sendb + GUARD);
         }
         uint64_t send_hash = mt_hash(sendb, bytes + 2 * GUARD, 1);
+        const bool poisoned = cx->opt.poison && reaches;
+        if (poisoned) poison_buffers(cx, true);
         int rc = MPI_Allreduce(inplace ? MPI_IN_PLACE : sendb + GUARD, recvb + GUARD, (int)count,
                                ty->dt, mt_op_handle(op), s->comm);
+        if (poisoned) poison_buffers(cx, false);
         if (call == 0) {
             inject_fault(cx, ty, sendb, recvb, bytes, count, inplace);
         }
@@ -784,7 +828,7 @@ int main(int argc, char **argv) {
     free(cx.recs);
     free(cx.ref);
     for (int i = 0; i < 6; i++) {
-        free(cx.scratch[i]);
+        scratch_free(&cx, i);
     }
     MPI_Finalize();
     return failed ? 1 : 0;

@@ -52,6 +52,7 @@ struct options {
     const char *only_shape;  /* --shape NAME */
     bool tolerate_ompi_bugs; /* --tolerate-ompi-bugs: known 4.1.4 value bugs are not failures */
     const char *inject;      /* --inject value|canary|sendbuf|gap: harness self-test */
+    bool poison;             /* --poison: user buffers PROT_NONE during each served call */
 };
 
 /* One communicator shape of the matrix. */
