@@ -1,0 +1,271 @@
+/*
+ * device_allreduce: MPI_Allreduce on CUDA memory of every kind, for the GPU machine
+ * (scripts/gpu_check.sh runs it). Host code only (CUDA runtime API); built when the CUDA
+ * toolkit is found.
+ *
+ * usage: device_allreduce check [--expect-twohop]
+ *          kinds device, managed, pinned host, stream-ordered pool (default and custom): every
+ *          kind as send and receive buffer, send and receive of different kinds, ranks with
+ *          different kinds, in place, counts 1, 3, 1023 and 300001 (not multiples of 16 bytes),
+ *          MPI_INT and MPI_FLOAT sums and MPI_DOUBLE max with exact values, a buffer freed and
+ *          re-allocated (often at the same address) with new contents between calls; with
+ *          --expect-twohop the MPI_T counters must show twohop served every call.
+ *        device_allreduce bench [--stage] [--max BYTES]
+ *          MPI_FLOAT sum on device buffers, 8 B .. BYTES (default 256 MiB, x4 steps): median
+ *          over iterations of the slowest rank's time, the calling thread's CPU time per call,
+ *          and the HBM bound (all ranks copy n bytes device-to-device at once) measured in the
+ *          same run; --stage times device->host copy, MPI_Allreduce on host, host->device copy
+ *          instead (the way users stage by hand with a non-CUDA-aware MPI).
+ * Each rank uses GPU (local rank mod device count). Exit 0 on success.
+ */
+#define _GNU_SOURCE
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "twohop_pvars.h"
+
+static int rank, size, failures;
+static struct twohop_pvars pv;
+static cudaMemPool_t custom_pool;
+
+#define CK(call)                                                                               \
+    do {                                                                                       \
+        cudaError_t e_ = (call);                                                               \
+        if (e_ != cudaSuccess) {                                                               \
+            fprintf(stderr, "rank %d: %s failed: %s\n", rank, #call, cudaGetErrorString(e_));   \
+            MPI_Abort(MPI_COMM_WORLD, 3);                                                      \
+        }                                                                                      \
+    } while (0)
+
+enum kind { K_DEVICE, K_MANAGED, K_PINNED, K_POOL, K_CUSTOM_POOL, K_COUNT };
+static const char *kind_name[K_COUNT] = {"device", "managed", "pinned", "pool", "custom-pool"};
+
+static void *alloc_kind(enum kind k, size_t n) {
+    void *p = NULL;
+    n = n ? n : 1;
+    switch (k) {
+    case K_DEVICE: CK(cudaMalloc(&p, n)); break;
+    case K_MANAGED: CK(cudaMallocManaged(&p, n, cudaMemAttachGlobal)); break;
+    case K_PINNED: CK(cudaMallocHost(&p, n)); break;
+    case K_POOL: CK(cudaMallocAsync(&p, n, 0)); CK(cudaStreamSynchronize(0)); break;
+    case K_CUSTOM_POOL:
+        CK(cudaMallocFromPoolAsync(&p, n, custom_pool, 0));
+        CK(cudaStreamSynchronize(0));
+        break;
+    default: break;
+    }
+    return p;
+}
+
+static void free_kind(enum kind k, void *p) {
+    switch (k) {
+    case K_PINNED: CK(cudaFreeHost(p)); break;
+    case K_POOL:
+    case K_CUSTOM_POOL: CK(cudaFreeAsync(p, 0)); CK(cudaStreamSynchronize(0)); break;
+    default: CK(cudaFree(p)); break;
+    }
+}
+
+/* Value of element i on rank r, exact in float and double. */
+static int val(int r, long i, int salt) { return (r + 1) * 3 + (int)(i % 13) + salt; }
+
+/* One allreduce of `n` elements of type t (MPI_INT/MPI_FLOAT sum, MPI_DOUBLE max). */
+static void one_case(enum kind ks, enum kind kr, MPI_Datatype t, long n, bool inplace, int salt) {
+    const size_t es = t == MPI_DOUBLE ? 8 : 4;
+    const size_t bytes = (size_t)n * es;
+    char *h = malloc(bytes + 1), *back = malloc(bytes + 1);
+    for (long i = 0; i < n; i++) {
+        int v = val(rank, i, salt);
+        if (t == MPI_INT) ((int *)h)[i] = v;
+        else if (t == MPI_FLOAT) ((float *)h)[i] = (float)v;
+        else ((double *)h)[i] = (double)v;
+    }
+    void *r = alloc_kind(kr, bytes), *s = inplace ? NULL : alloc_kind(ks, bytes);
+    CK(cudaMemcpy(inplace ? r : s, h, bytes, cudaMemcpyDefault));
+    if (!inplace) CK(cudaMemset(r, 0x7F, bytes));
+    struct twohop_counts c0 = twohop_pvars_read(&pv);
+    MPI_Op op = t == MPI_DOUBLE ? MPI_MAX : MPI_SUM;
+    int rc = MPI_Allreduce(inplace ? MPI_IN_PLACE : s, r, (int)n, t, op, MPI_COMM_WORLD);
+    struct twohop_counts c1 = twohop_pvars_read(&pv);
+    CK(cudaMemcpy(back, r, bytes, cudaMemcpyDefault));
+    long bad = 0;
+    for (long i = 0; i < n && rc == MPI_SUCCESS; i++) {
+        long want = 0;
+        for (int q = 0; q < size; q++) {
+            int v = val(q, i, salt);
+            want = t == MPI_DOUBLE ? (v > want ? v : want) : want + v;
+        }
+        double got = t == MPI_INT ? ((int *)back)[i]
+                                  : t == MPI_FLOAT ? ((float *)back)[i] : ((double *)back)[i];
+        if (got != (double)want) bad++;
+    }
+    if (rc != MPI_SUCCESS || bad) {
+        printf("FAIL rank %d: send %s recv %s %s n=%ld inplace=%d: rc %d, %ld wrong\n", rank,
+               inplace ? "-" : kind_name[ks], kind_name[kr],
+               t == MPI_INT ? "int" : t == MPI_FLOAT ? "float" : "double", n, inplace, rc, bad);
+        failures++;
+    }
+    if (pv.found && c1.served - c0.served != 1) {
+        printf("FAIL rank %d: twohop did not serve (served +%llu, fallback +%llu)\n", rank,
+               c1.served - c0.served, c1.fallback - c0.fallback);
+        failures++;
+    }
+    if (!inplace) free_kind(ks, s);
+    free_kind(kr, r);
+    free(h);
+    free(back);
+}
+
+static int check(bool expect_twohop) {
+    if (expect_twohop && !pv.found) {
+        printf("FAIL rank %d: twohop counters missing: %s\n", rank, pv.why);
+        return 1;
+    }
+    const long counts[] = {1, 3, 1023, 300001};
+    const MPI_Datatype types[] = {MPI_INT, MPI_FLOAT, MPI_DOUBLE};
+    int cases = 0;
+    for (int k = 0; k < K_COUNT; k++) { /* every kind, same on every rank, in place and not */
+        for (int c = 0; c < 4; c++) {
+            for (int t = 0; t < 3; t++) {
+                one_case(k, k, types[t], counts[c], false, c + t);
+                one_case(k, k, types[t], counts[c], true, c + t + 1);
+                cases += 2;
+            }
+        }
+    }
+    for (int j = 0; j < K_COUNT; j++) { /* send and receive kinds differ, and differ by rank */
+        one_case((rank + j) % K_COUNT, (rank + j + 1) % K_COUNT, MPI_INT, 300001, false, j);
+        one_case((rank + j) % K_COUNT, (rank + j + 2) % K_COUNT, MPI_FLOAT, 1023, false, j);
+        cases += 2;
+    }
+    /* Freed and re-allocated between calls: new contents at (often) the same address. */
+    for (int it = 0; it < 4; it++) {
+        one_case(K_DEVICE, K_DEVICE, MPI_INT, 4099, false, 100 + it);
+        one_case(K_POOL, K_POOL, MPI_INT, 4099, true, 200 + it);
+        cases += 2;
+    }
+    int total = 0;
+    MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (rank == 0) printf("device_allreduce check: %d cases x %d ranks, %s\n", cases, size,
+                          total ? "FAIL" : "OK");
+    return total ? 1 : 0;
+}
+
+static double thread_cpu_s(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_THREAD, &ru);
+    return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + 1e-6 * (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int bench(bool stage, size_t max_bytes) {
+    float *d_in, *d_out, *h_in = NULL, *h_out = NULL;
+    CK(cudaMalloc((void **)&d_in, max_bytes));
+    CK(cudaMalloc((void **)&d_out, max_bytes));
+    CK(cudaMemset(d_in, 0, max_bytes));
+    if (stage) {
+        CK(cudaMallocHost((void **)&h_in, max_bytes));
+        CK(cudaMallocHost((void **)&h_out, max_bytes));
+    }
+    if (rank == 0) {
+        printf("# device_allreduce bench: %d ranks, MPI_FLOAT sum, %s\n", size,
+               stage ? "staged by hand (D2H, MPI_Allreduce on host, H2D)" : "device buffers");
+        printf("%12s %12s %10s %12s %12s %9s\n", "bytes", "median_us", "busbw_GBs", "bound_us",
+               "of_bound_%", "cpu_us");
+    }
+    for (size_t n = 8; n <= max_bytes; n *= 4) {
+        const int iters = n <= (1 << 20) ? 50 : n <= (16 << 20) ? 20 : 8;
+        double *t = malloc(iters * sizeof(double));
+        const int count = (int)(n / 4);
+        for (int w = 0; w < 3; w++) {
+            MPI_Allreduce(stage ? (void *)h_in : d_in, stage ? (void *)h_out : d_out, count,
+                          MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        }
+        double cpu0 = thread_cpu_s();
+        for (int i = 0; i < iters; i++) {
+            MPI_Barrier(MPI_COMM_WORLD);
+            double t0 = MPI_Wtime();
+            if (stage) {
+                CK(cudaMemcpy(h_in, d_in, n, cudaMemcpyDeviceToHost));
+                MPI_Allreduce(h_in, h_out, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+                CK(cudaMemcpy(d_out, h_out, n, cudaMemcpyHostToDevice));
+            } else {
+                MPI_Allreduce(d_in, d_out, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+            }
+            double dt = MPI_Wtime() - t0, worst;
+            MPI_Allreduce(&dt, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+            t[i] = worst;
+        }
+        double cpu = (thread_cpu_s() - cpu0) / iters;
+        qsort(t, iters, sizeof(double), cmp_double);
+        const double med = t[iters / 2];
+        /* HBM bound: every rank copies n bytes device-to-device at once. */
+        double b[5];
+        for (int i = 0; i < 5; i++) {
+            MPI_Barrier(MPI_COMM_WORLD);
+            double t0 = MPI_Wtime();
+            CK(cudaMemcpy(d_out, d_in, n, cudaMemcpyDeviceToDevice));
+            CK(cudaDeviceSynchronize());
+            double dt = MPI_Wtime() - t0, worst;
+            MPI_Allreduce(&dt, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+            b[i] = worst;
+        }
+        qsort(b, 5, sizeof(double), cmp_double);
+        /* Bound of the allreduce: 2 p n bytes moved at the copy rate of the same run. */
+        const double bound = b[2] * 2.0;
+        const double busbw = n / med * 2.0 * (size - 1) / size / 1e9;
+        if (rank == 0) {
+            printf("%12zu %12.1f %10.2f %12.1f %12.1f %9.1f\n", n, med * 1e6, busbw, bound * 1e6,
+                   100.0 * bound / med, cpu * 1e6);
+        }
+        free(t);
+    }
+    CK(cudaFree(d_in));
+    CK(cudaFree(d_out));
+    if (stage) {
+        CK(cudaFreeHost(h_in));
+        CK(cudaFreeHost(h_out));
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    int ndev = 0;
+    CK(cudaGetDeviceCount(&ndev));
+    CK(cudaSetDevice(lr ? atoi(lr) % ndev : 0));
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    int dev;
+    CK(cudaGetDevice(&dev));
+    struct cudaMemPoolProps props;
+    memset(&props, 0, sizeof(props));
+    props.allocType = cudaMemAllocationTypePinned;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = dev;
+    CK(cudaMemPoolCreate(&custom_pool, &props));
+    twohop_pvars_open(&pv);
+    const char *mode = argc > 1 ? argv[1] : "check";
+    bool expect = false, stage = false;
+    size_t max_bytes = 256u << 20;
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--expect-twohop")) expect = true;
+        else if (!strcmp(argv[i], "--stage")) stage = true;
+        else if (!strcmp(argv[i], "--max") && i + 1 < argc) max_bytes = strtoull(argv[++i], NULL, 0);
+    }
+    int rc = !strcmp(mode, "bench") ? bench(stage, max_bytes) : check(expect);
+    twohop_pvars_close(&pv);
+    CK(cudaMemPoolDestroy(custom_pool));
+    MPI_Finalize();
+    return rc;
+}

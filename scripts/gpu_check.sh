@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# The GPU machine's one call: build twohop against that machine's Open MPI, run the unit tests,
+# the device-buffer checks and the device benchmark, and print the tables last.
+#
+# usage (on the GPU machine, from the repository root): bash scripts/gpu_check.sh [quick]
+#   quick: checks only, no benchmark.
+# Needs UCX headers and nlohmann-json, which that machine lacks: on a Debian/Ubuntu machine
+# with network, `mkdir -p .debs && (cd .debs && apt-get download libucx-dev nlohmann-json3-dev)`
+# and carry the .debs folder (ignored by git). They are unpacked under /tmp, never into /.
+# Several ranks share one GPU through the CUDA MPS daemon, started here with private pipe/log
+# directories and stopped at the end (MPS changes no GPU setting).
+# Output: everything under ${OUT:-/tmp/gpu_out}; the summary on stdout.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
+out=${OUT:-/tmp/gpu_out}
+mkdir -p "$out"
+build=/tmp/build-gpu
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PATH=/usr/local/cuda/bin:$PATH
+
+# --- headers carried as packages
+if [[ -d .debs ]]; then
+    root=/tmp/debs
+    mkdir -p $root
+    for f in .debs/*.deb; do dpkg -x "$f" $root; done
+    lib=$root/usr/lib/x86_64-linux-gnu
+    for pc in $(find $root -name '*.pc'); do sed -i "s|^prefix=.*|prefix=$root/usr|" "$pc"; done
+    for l in ucp ucs uct ucm; do
+        [[ -e /usr/lib/x86_64-linux-gnu/lib$l.so.0 ]] && ln -sf /usr/lib/x86_64-linux-gnu/lib$l.so.0 "$lib/lib$l.so"
+    done
+    export PKG_CONFIG_PATH=$lib/pkgconfig:$root/usr/share/pkgconfig
+fi
+
+# --- build
+nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tee "$out/gpus.txt"
+ngpu=$(wc -l <"$out/gpus.txt")
+if ! { meson setup "$build" -Dwerror_ci=true >"$out/setup.log" 2>&1 &&
+       meson compile -C "$build" >"$out/compile.log" 2>&1; }; then
+    tail -30 "$out/setup.log" "$out/compile.log"
+    echo "gpu_check: BUILD FAILED"
+    exit 1
+fi
+grep -E "CUDA device buffers|Open MPI|UCX" "$out/setup.log" | head -3
+[[ -x $build/mpi_tests/device_allreduce ]] || { echo "gpu_check: no device_allreduce built"; exit 1; }
+
+# --- MPS
+mps=/tmp/twohop-mps
+mkdir -p $mps/pipe $mps/log
+export CUDA_MPS_PIPE_DIRECTORY=$mps/pipe CUDA_MPS_LOG_DIRECTORY=$mps/log
+nvidia-cuda-mps-control -d && echo "gpu_check: MPS started"
+trap 'echo quit | nvidia-cuda-mps-control; echo "gpu_check: MPS stopped"' EXIT
+
+run() { # run NP VNODES GPUS -- PROGRAM ARGS
+    local np=$1 vn=$2 gpus=$3
+    shift 4
+    local extra=()
+    [[ -n $vn ]] && extra=(-v "$vn")
+    CUDA_VISIBLE_DEVICES=$gpus bash mpi_tests/run_mpi.sh -n "$np" -b "$build" -t 500 \
+        "${extra[@]}" -- "$@"
+}
+
+status=0
+summary=()
+check() { # check NAME NP VNODES GPUS
+    local name=$1
+    local t0=$SECONDS
+    if run "$2" "$3" "$4" -- "$build/mpi_tests/device_allreduce" check --expect-twohop \
+        >"$out/check_$name.log" 2>&1; then
+        summary+=("PASS check $name ($((SECONDS - t0)) s)")
+    else
+        summary+=("FAIL check $name ($((SECONDS - t0)) s)")
+        status=1
+        grep -E "FAIL|error|signal" "$out/check_$name.log" | head -5
+    fi
+}
+
+if meson test -C "$build" --list 2>/dev/null | grep -qx unit; then
+    meson test -C "$build" unit >"$out/unit.log" 2>&1 && summary+=("PASS unit") ||
+        { summary+=("FAIL unit"); status=1; }
+else
+    summary+=("SKIP unit (no GoogleTest found)")
+fi
+check np1x2_one_gpu 2 "" 0
+check np4_one_gpu 4 "" 0
+check np4_rr2_one_gpu 4 rr:2 0
+if ((ngpu >= 2)); then
+    check np2_two_gpus 2 "" 0,1
+    check np2_block2_two_gpus 2 block:2 0,1
+fi
+
+if [[ ${1:-} != quick ]]; then
+    for np in 2 4 8; do
+        max=$((np == 8 ? 67108864 : 268435456))
+        run $np "" 0 -- "$build/mpi_tests/device_allreduce" bench --max $max \
+            >"$out/bench_twohop_np$np.txt" 2>&1
+        bash mpi_tests/run_mpi.sh -c tuned -n $np -b "$build" -t 300 -- \
+            "$build/mpi_tests/device_allreduce" bench --stage --max $max \
+            >"$out/bench_stage_np$np.txt" 2>&1
+    done
+    if ((ngpu >= 2)); then
+        run 2 "" 0,1 -- "$build/mpi_tests/device_allreduce" bench >"$out/bench_twohop_2gpu.txt" 2>&1
+    fi
+fi
+
+echo "================ gpu_check summary"
+printf '%s\n' "${summary[@]}"
+for f in "$out"/bench_*.txt; do
+    [[ -f $f ]] || continue
+    echo "== $(basename "$f")"
+    grep -E "^#|^ +[0-9]|bytes" "$f" | head -14
+done
+exit $status
