@@ -23,7 +23,7 @@ if [[ -d .debs ]]; then
     mkdir -p $root
     for f in .debs/*.deb; do dpkg -x "$f" $root; done
     lib=$root/usr/lib/x86_64-linux-gnu
-    for pc in $(find $root -name '*.pc'); do sed -i "s|^prefix=.*|prefix=$root/usr|" "$pc"; done
+    for pc in $(find $root -name '*.pc'); do sed -i "s|^prefix *=.*|prefix=$root/usr|" "$pc"; done
     for l in ucp ucs uct ucm; do
         [[ -e /usr/lib/x86_64-linux-gnu/lib$l.so.0 ]] && ln -sf /usr/lib/x86_64-linux-gnu/lib$l.so.0 "$lib/lib$l.so"
     done
@@ -35,7 +35,7 @@ nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tee "$out
 ngpu=$(wc -l <"$out/gpus.txt")
 if ! { meson setup "$build" -Dwerror_ci=true >"$out/setup.log" 2>&1 &&
        meson compile -C "$build" >"$out/compile.log" 2>&1; }; then
-    tail -30 "$out/setup.log" "$out/compile.log"
+    tail -n 30 "$out/setup.log" "$out/compile.log"
     echo "gpu_check: BUILD FAILED"
     exit 1
 fi
