@@ -33,6 +33,7 @@
 #include <string>
 
 #include "comm_state.h"
+#include "gpu_node.h"
 #include "reducer.h"
 #include "segment_plan.h"
 #include "memory_kind.h"
@@ -408,10 +409,21 @@ extern "C" int twohop_comm_allreduce(twohop_comm *c, const twohop_userbuf *in,
     }
     if (count == 0) return TWOHOP_OK;
     const Reducer reducer(*red);
+    int rc;
+    if (c->gpu_round) {
+        bool taken = false;
+        rc = gpu_node_allreduce(c, *in, *out, count, *red, &taken);
+        if (rc != TWOHOP_OK || taken) {
+            if (rc != TWOHOP_OK) {
+                c->fail(rc, describe(rc));
+                if (why && whylen) std::snprintf(why, whylen, "%s", describe(rc));
+            }
+            return rc;
+        }
+    }
     // The path must be the same on every rank: scale by the largest node's rank count (the
     // shard count), not by this node's.
     const uint64_t bytes = count * red->item_bytes;
-    int rc;
     if (bytes <= c->slot_bytes &&
         bytes * static_cast<uint64_t>(c->topo.n_shards()) <= c->small_bytes) {
         rc = latency_path(c, *in, *out, count, reducer);

@@ -29,6 +29,8 @@
 #include "comm_ids.h"
 #include "comm_state.h"
 #include "cuda_driver.h"
+#include "gpu_kernel_list.h"
+#include "gpu_node.h"
 #include "memory_kind.h"
 #include "rc_settings.h"
 #include "segment_plan.h"
@@ -37,7 +39,7 @@
 
 namespace {
 
-constexpr uint64_t kMagic = 0x74776f686f700002ULL; // "twohop", set-up record version 2
+constexpr uint64_t kMagic = 0x74776f686f700003ULL; // "twohop", set-up record version 3
 
 /* What every rank contributes in step 1. Plain, fixed size. */
 struct RankInfo {
@@ -50,7 +52,7 @@ struct RankInfo {
     uint64_t segment_bytes, small_msg_bytes;
     int32_t depth, post_batch;
     int32_t vn_error; // this rank could not parse coll_twohop_virtual_nodes
-    int32_t pad;
+    int32_t gpu;      // this process has the CUDA driver and twohop's device kernels
 };
 
 void set_why(char *why, size_t len, const std::string &msg) {
@@ -254,6 +256,7 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
     me.depth = prm.pipeline_depth;
     me.post_batch = prm.post_batch;
     me.vn_error = !vn_error.empty();
+    me.gpu = gpu_node_capable() ? 1 : 0;
     std::vector<RankInfo> info(a->size);
     int rc = ex.allgather(&me, info.data(), sizeof(RankInfo), &err);
     if (rc != TWOHOP_OK) return exchange_failed(rc);
@@ -300,6 +303,8 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
     c->small_bytes = prm.small_msg_bytes;
     c->stream_bytes = prm.stream_copy_bytes;
     c->my_shards = c->topo.my_shards();
+    c->gpu_round = c->topo.n_nodes() == 1 && c->topo.local_size() <= TWOHOP_GPU_MAX_RANKS;
+    for (int r = 0; r < a->size; ++r) c->gpu_round = c->gpu_round && info[r].gpu;
     // Local peers whose liveness can be checked: same pid namespace as mine.
     for (int r : c->topo.node_ranks[c->topo.my_node]) {
         c->local_pids.push_back(info[r].pidns == pidns && pidns != 0 ? info[r].pid : 0);
@@ -372,10 +377,11 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
         char msg[256];
         std::snprintf(msg, sizeof(msg),
                       "comm set up: rank %d of %d, %d node(s), node %d local rank %d of %d, "
-                      "%d shard(s), id %u, shm %llu bytes",
+                      "%d shard(s), id %u, shm %llu bytes%s",
                       a->rank, a->size, c->topo.n_nodes(), c->topo.my_node, c->topo.local_rank,
                       c->topo.local_size(), c->topo.n_shards(), c->comm_id,
-                      static_cast<unsigned long long>(layout.total_bytes()));
+                      static_cast<unsigned long long>(layout.total_bytes()),
+                      c->gpu_round ? ", GPU path for device buffers" : "");
         c->host.log(2, msg);
     }
     *out = owner.release();

@@ -57,6 +57,9 @@ struct twohop_comm {
     std::vector<int> my_shards;
     const twohop::MemOps *mem = &twohop::mem_ops(twohop::MemoryKind::Host); // user buffers
 
+    bool gpu_round = false;        // run the GPU path's decision rounds (gpu_node.h): one node,
+                                   // every rank has the driver and kernels (agreed at set-up)
+
     twohop::ucx::Worker *worker = nullptr; // non-null only with more than one node
     std::vector<twohop_rail> rails;        // one per owned shard (empty on one node)
     std::vector<twohop::RingOp> rings;     // [set * rails.size() + i]

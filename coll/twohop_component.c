@@ -428,6 +428,7 @@ static void make_userbuf(twohop_userbuf *ub, layout_view *v, kind_view *kv, int 
         } else {
             kv->kind = kind;
             kv->base = buf;
+            if (kind == TWOHOP_KIND_CUDA) ub->device = buf;
             ub->ctx = kv;
             ub->read = kind_read;
             ub->write = kind_write;
@@ -832,6 +833,12 @@ static int twohop_register(void) {
         OPAL_INFO_LVL_4, MCA_BASE_PVAR_CLASS_COUNTER, MCA_BASE_VAR_TYPE_UNSIGNED_LONG_LONG, NULL,
         MCA_BASE_VAR_BIND_NO_OBJECT, MCA_BASE_PVAR_FLAG_READONLY | MCA_BASE_PVAR_FLAG_CONTINUOUS,
         get_counter, NULL, NULL, &fallback_calls);
+    (void)mca_base_component_pvar_register(
+        c, "gpu_path_calls",
+        "MPI_Allreduce calls twohop served with its GPU path (CUDA IPC and device kernels)",
+        OPAL_INFO_LVL_4, MCA_BASE_PVAR_CLASS_COUNTER, MCA_BASE_VAR_TYPE_UNSIGNED_LONG_LONG, NULL,
+        MCA_BASE_VAR_BIND_NO_OBJECT, MCA_BASE_PVAR_FLAG_READONLY | MCA_BASE_PVAR_FLAG_CONTINUOUS,
+        get_counter, NULL, NULL, (void *)twohop_gpu_calls_counter());
     return OMPI_SUCCESS;
 }
 

@@ -70,6 +70,8 @@ int twohop_memory_kinds_init(int poison_testing, char *why, size_t whylen);
  */
 typedef struct twohop_userbuf {
     char *direct;
+    char *device; /* canonical layout in CUDA device memory: its address (the GPU path reads and
+                     writes it on the device), else NULL */
     void *ctx;
     int (*read)(void *ctx, void *dst, uint64_t off, uint64_t len);
     int (*write)(void *ctx, const void *src, uint64_t off, uint64_t len);
@@ -137,6 +139,10 @@ uint32_t twohop_comm_id(const twohop_comm *c);
  * reported by Open MPI alone, as without twohop.
  */
 void twohop_core_quiet_signals(void);
+
+/* Calls served by the node's GPU path (gpu_node.h) in this process: the MPI_T counter
+ * coll_twohop_gpu_path_calls reads it. */
+const unsigned long long *twohop_gpu_calls_counter(void);
 
 /* Releases process-wide resources (UCX worker and endpoints). Called at component close. */
 void twohop_core_finalize(void);

@@ -9,7 +9,9 @@
  *          different kinds, in place, counts 1, 3, 1023 and 300001 (not multiples of 16 bytes),
  *          MPI_INT and MPI_FLOAT sums and MPI_DOUBLE max with exact values, a buffer freed and
  *          re-allocated (often at the same address) with new contents between calls; with
- *          --expect-twohop the MPI_T counters must show twohop served every call.
+ *          --expect-twohop the MPI_T counters must show twohop served every call; with
+ *          --expect-gpu (one node, GPUs that reach each other) the GPU path must serve exactly
+ *          the calls where every rank passes cudaMalloc memory as both buffers.
  *        device_allreduce bench [--stage] [--max BYTES]
  *          MPI_FLOAT sum on device buffers, 8 B .. BYTES (default 256 MiB, x4 steps): median
  *          over iterations of the slowest rank's time, the calling thread's CPU time per call,
@@ -30,6 +32,7 @@
 #include "twohop_pvars.h"
 
 static int rank, size, failures;
+static bool expect_gpu; /* --expect-gpu: device-to-device cases on one node take the GPU path */
 static struct twohop_pvars pv;
 static cudaMemPool_t custom_pool;
 
@@ -75,7 +78,8 @@ static void free_kind(enum kind k, void *p) {
 static int val(int r, long i, int salt) { return (r + 1) * 3 + (int)(i % 13) + salt; }
 
 /* One allreduce of `n` elements of type t (MPI_INT/MPI_FLOAT sum, MPI_DOUBLE max). */
-static void one_case(enum kind ks, enum kind kr, MPI_Datatype t, long n, bool inplace, int salt) {
+static void one_case(enum kind ks, enum kind kr, MPI_Datatype t, long n, bool inplace, int salt,
+                     bool uniform) {
     const size_t es = t == MPI_DOUBLE ? 8 : 4;
     const size_t bytes = (size_t)n * es;
     char *h = malloc(bytes + 1), *back = malloc(bytes + 1);
@@ -115,6 +119,14 @@ static void one_case(enum kind ks, enum kind kr, MPI_Datatype t, long n, bool in
                c1.served - c0.served, c1.fallback - c0.fallback);
         failures++;
     }
+    /* The GPU path exactly when every rank passes cudaMalloc memory as both buffers. */
+    const bool want_gpu = expect_gpu && uniform && kr == K_DEVICE && (inplace || ks == K_DEVICE);
+    if (expect_gpu && (c1.gpu - c0.gpu) != (want_gpu ? 1u : 0u)) {
+        printf("FAIL rank %d: send %s recv %s n=%ld: GPU path %s\n", rank,
+               inplace ? "-" : kind_name[ks], kind_name[kr], n,
+               want_gpu ? "not taken" : "taken unexpectedly");
+        failures++;
+    }
     if (!inplace) free_kind(ks, s);
     free_kind(kr, r);
     free(h);
@@ -132,21 +144,21 @@ static int check(bool expect_twohop) {
     for (int k = 0; k < K_COUNT; k++) { /* every kind, same on every rank, in place and not */
         for (int c = 0; c < 4; c++) {
             for (int t = 0; t < 3; t++) {
-                one_case(k, k, types[t], counts[c], false, c + t);
-                one_case(k, k, types[t], counts[c], true, c + t + 1);
+                one_case(k, k, types[t], counts[c], false, c + t, true);
+                one_case(k, k, types[t], counts[c], true, c + t + 1, true);
                 cases += 2;
             }
         }
     }
     for (int j = 0; j < K_COUNT; j++) { /* send and receive kinds differ, and differ by rank */
-        one_case((rank + j) % K_COUNT, (rank + j + 1) % K_COUNT, MPI_INT, 300001, false, j);
-        one_case((rank + j) % K_COUNT, (rank + j + 2) % K_COUNT, MPI_FLOAT, 1023, false, j);
+        one_case((rank + j) % K_COUNT, (rank + j + 1) % K_COUNT, MPI_INT, 300001, false, j, false);
+        one_case((rank + j) % K_COUNT, (rank + j + 2) % K_COUNT, MPI_FLOAT, 1023, false, j, false);
         cases += 2;
     }
     /* Freed and re-allocated between calls: new contents at (often) the same address. */
     for (int it = 0; it < 4; it++) {
-        one_case(K_DEVICE, K_DEVICE, MPI_INT, 4099, false, 100 + it);
-        one_case(K_POOL, K_POOL, MPI_INT, 4099, true, 200 + it);
+        one_case(K_DEVICE, K_DEVICE, MPI_INT, 4099, false, 100 + it, true);
+        one_case(K_POOL, K_POOL, MPI_INT, 4099, true, 200 + it, true);
         cases += 2;
     }
     int total = 0;
@@ -261,6 +273,7 @@ int main(int argc, char **argv) {
     size_t max_bytes = 256u << 20;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--expect-twohop")) expect = true;
+        else if (!strcmp(argv[i], "--expect-gpu")) expect_gpu = true;
         else if (!strcmp(argv[i], "--stage")) stage = true;
         else if (!strcmp(argv[i], "--max") && i + 1 < argc) max_bytes = strtoull(argv[++i], NULL, 0);
     }

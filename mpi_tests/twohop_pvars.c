@@ -72,15 +72,20 @@ bool twohop_pvars_open(struct twohop_pvars *pv) {
         snprintf(pv->why, sizeof pv->why, "MPI_T session/handle allocation failed");
         return false;
     }
+    char ignored[256];
+    int gpu_idx = find_pvar("coll_twohop_gpu_path_calls", ignored, sizeof ignored);
+    pv->has_gpu = gpu_idx >= 0 &&
+                  MPI_T_pvar_handle_alloc(pv->session, gpu_idx, NULL, &pv->gpu, &n) == MPI_SUCCESS;
     pv->found = true;
     return true;
 }
 
 struct twohop_counts twohop_pvars_read(const struct twohop_pvars *pv) {
-    struct twohop_counts c = {0, 0};
+    struct twohop_counts c = {0, 0, 0};
     if (pv->found) {
         MPI_T_pvar_read(pv->session, pv->served, &c.served);
         MPI_T_pvar_read(pv->session, pv->fallback, &c.fallback);
+        if (pv->has_gpu) MPI_T_pvar_read(pv->session, pv->gpu, &c.gpu);
     }
     return c;
 }
@@ -89,6 +94,7 @@ void twohop_pvars_close(struct twohop_pvars *pv) {
     if (pv->found) {
         MPI_T_pvar_handle_free(pv->session, &pv->served);
         MPI_T_pvar_handle_free(pv->session, &pv->fallback);
+        if (pv->has_gpu) MPI_T_pvar_handle_free(pv->session, &pv->gpu);
         MPI_T_pvar_session_free(&pv->session);
     }
     pv->found = false;

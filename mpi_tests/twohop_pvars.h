@@ -14,6 +14,7 @@
 struct twohop_counts {
     unsigned long long served;   /* coll_twohop_allreduce_calls */
     unsigned long long fallback; /* coll_twohop_fallback_calls */
+    unsigned long long gpu;      /* coll_twohop_gpu_path_calls (0 when absent) */
 };
 
 /* Handles for reading the two counters; `found` is false when twohop is not loaded. */
@@ -23,10 +24,12 @@ struct twohop_pvars {
     MPI_T_pvar_session session;
     MPI_T_pvar_handle served;
     MPI_T_pvar_handle fallback;
+    bool has_gpu;
+    MPI_T_pvar_handle gpu;
 };
 
 /*
- * Looks the two counters up by name (MPI_T_pvar_get_num + MPI_T_pvar_get_info), checks their
+ * Looks the two counters (and, where present, coll_twohop_gpu_path_calls) up by name (MPI_T_pvar_get_num + MPI_T_pvar_get_info), checks their
  * class, datatype and binding against the contract, and allocates read handles. Call after
  * MPI_Init. Returns pv->found; on false pv->why says why.
  */

@@ -60,10 +60,11 @@ run() { # run NP VNODES GPUS -- PROGRAM ARGS
 
 status=0
 summary=()
-check() { # check NAME NP VNODES GPUS
-    local name=$1
+check() { # check NAME NP VNODES GPUS [EXTRA ARGS]
+    local name=$1 np=$2 vn=$3 gpus=$4
+    shift 4
     local t0=$SECONDS
-    if run "$2" "$3" "$4" -- "$build/mpi_tests/device_allreduce" check --expect-twohop \
+    if run "$np" "$vn" "$gpus" -- "$build/mpi_tests/device_allreduce" check --expect-twohop "$@" \
         >"$out/check_$name.log" 2>&1; then
         summary+=("PASS check $name ($((SECONDS - t0)) s)")
     else
@@ -79,11 +80,12 @@ if meson test -C "$build" --list 2>/dev/null | grep -qx unit; then
 else
     summary+=("SKIP unit (no GoogleTest found)")
 fi
-check np1x2_one_gpu 2 "" 0
-check np4_one_gpu 4 "" 0
+check np2_one_gpu 2 "" 0 --expect-gpu
+check np4_one_gpu 4 "" 0 --expect-gpu
 check np4_rr2_one_gpu 4 rr:2 0
 if ((ngpu >= 2)); then
-    check np2_two_gpus 2 "" 0,1
+    check np2_two_gpus 2 "" 0,1 --expect-gpu
+    check np4_two_gpus 4 "" 0,1 --expect-gpu
     check np2_block2_two_gpus 2 block:2 0,1
 fi
 

@@ -1,7 +1,10 @@
 #include "cuda_driver.h"
 
+#include <cstring>
 #include <dlfcn.h>
+#include <map>
 #include <mutex>
+#include <string>
 
 #ifdef TWOHOP_HAVE_CUDA
 #include <cuda.h>
@@ -14,6 +17,17 @@ namespace cuda {
 namespace {
 
 struct Driver {
+    CUresult (*mem_get_address_range)(CUdeviceptr *, size_t *, CUdeviceptr);
+    CUresult (*ipc_get_mem_handle)(CUipcMemHandle *, CUdeviceptr);
+    CUresult (*ipc_open_mem_handle)(CUdeviceptr *, CUipcMemHandle, unsigned int);
+    CUresult (*device_get_pci_bus_id)(char *, int, CUdevice);
+    CUresult (*device_get_by_pci_bus_id)(CUdevice *, const char *);
+    CUresult (*device_can_access_peer)(int *, CUdevice, CUdevice);
+    CUresult (*module_load_data)(CUmodule *, const void *);
+    CUresult (*module_get_function)(CUfunction *, CUmodule, const char *);
+    CUresult (*launch_kernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                              unsigned, unsigned, CUstream, void **, void **);
+    CUresult (*stream_create)(CUstream *, unsigned int);
     CUresult (*pointer_get_attributes)(unsigned, CUpointer_attribute *, void **, CUdeviceptr);
     CUresult (*memcpy)(CUdeviceptr, CUdeviceptr, size_t);
     CUresult (*ctx_get_current)(CUcontext *);
@@ -48,7 +62,17 @@ void do_load() {
                sym(h, "cuCtxPopCurrent_v2", &g_drv.ctx_pop) &&
                sym(h, "cuDeviceGet", &g_drv.device_get) &&
                sym(h, "cuDevicePrimaryCtxRetain", &g_drv.primary_ctx_retain) &&
-               sym(h, "cuStreamSynchronize", &g_drv.stream_synchronize);
+               sym(h, "cuStreamSynchronize", &g_drv.stream_synchronize) &&
+               sym(h, "cuMemGetAddressRange_v2", &g_drv.mem_get_address_range) &&
+               sym(h, "cuIpcGetMemHandle", &g_drv.ipc_get_mem_handle) &&
+               sym(h, "cuIpcOpenMemHandle_v2", &g_drv.ipc_open_mem_handle) &&
+               sym(h, "cuDeviceGetPCIBusId", &g_drv.device_get_pci_bus_id) &&
+               sym(h, "cuDeviceGetByPCIBusId", &g_drv.device_get_by_pci_bus_id) &&
+               sym(h, "cuDeviceCanAccessPeer", &g_drv.device_can_access_peer) &&
+               sym(h, "cuModuleLoadData", &g_drv.module_load_data) &&
+               sym(h, "cuModuleGetFunction", &g_drv.module_get_function) &&
+               sym(h, "cuLaunchKernel", &g_drv.launch_kernel) &&
+               sym(h, "cuStreamCreate", &g_drv.stream_create);
 }
 
 /* Memory type and device ordinal of p; false when the driver does not know p. */
@@ -131,6 +155,153 @@ bool copy(void *dst, const void *src, std::size_t n) {
     return ok;
 }
 
+/* Makes `device`'s primary context current for the scope (when another one, or none, is). */
+class CtxScope {
+  public:
+    explicit CtxScope(int device) {
+        CUcontext cur = nullptr, want = primary_context(device);
+        ok_ = want != nullptr;
+        if (ok_ && (g_drv.ctx_get_current(&cur) != CUDA_SUCCESS || cur != want)) {
+            ok_ = g_drv.ctx_push(want) == CUDA_SUCCESS;
+            pushed_ = ok_;
+        }
+    }
+    ~CtxScope() {
+        CUcontext c;
+        if (pushed_) g_drv.ctx_pop(&c);
+    }
+    bool ok() const { return ok_; }
+
+  private:
+    bool ok_ = false, pushed_ = false;
+};
+
+bool pointer_info(const void *p, PointerInfo *info) {
+    if (!g_loaded) return false;
+    unsigned type;
+    int dev, managed;
+    if (!attributes(p, &type, &dev, &managed)) return false;
+    if (!managed && type != CU_MEMORYTYPE_DEVICE) return false;
+    info->device = dev;
+    info->managed = managed != 0;
+    CtxScope ctx(dev);
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    if (!ctx.ok() || g_drv.mem_get_address_range(&base, &size,
+                                                 reinterpret_cast<CUdeviceptr>(p)) != CUDA_SUCCESS) {
+        return false;
+    }
+    info->base = reinterpret_cast<char *>(base);
+    info->size = size;
+    return true;
+}
+
+bool ipc_export(const void *base, unsigned char handle[kIpcHandleBytes]) {
+    CUipcMemHandle h;
+    if (g_drv.ipc_get_mem_handle(&h, reinterpret_cast<CUdeviceptr>(base)) != CUDA_SUCCESS) {
+        return false;
+    }
+    static_assert(sizeof(h) == kIpcHandleBytes, "CU_IPC_HANDLE_SIZE");
+    std::memcpy(handle, &h, kIpcHandleBytes);
+    return true;
+}
+
+void *ipc_open(int device, const unsigned char handle[kIpcHandleBytes]) {
+    static std::mutex m;
+    static std::map<std::string, void *> cache;
+    std::string key(reinterpret_cast<const char *>(handle), kIpcHandleBytes);
+    key += std::to_string(device);
+    std::lock_guard<std::mutex> lock(m);
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+    CtxScope ctx(device);
+    CUipcMemHandle h;
+    std::memcpy(&h, handle, kIpcHandleBytes);
+    CUdeviceptr p = 0;
+    if (!ctx.ok() ||
+        g_drv.ipc_open_mem_handle(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) != CUDA_SUCCESS) {
+        return nullptr;
+    }
+    cache[key] = reinterpret_cast<void *>(p);
+    return reinterpret_cast<void *>(p);
+}
+
+bool pci_bus_id(int device, char *buf, int len) {
+    CUdevice d;
+    return g_drv.device_get(&d, device) == CUDA_SUCCESS &&
+           g_drv.device_get_pci_bus_id(buf, len, d) == CUDA_SUCCESS;
+}
+
+int device_by_pci(const char *bus_id) {
+    CUdevice d;
+    if (g_drv.device_get_by_pci_bus_id(&d, bus_id) != CUDA_SUCCESS) return -1;
+    return static_cast<int>(d); // CUdevice is the ordinal
+}
+
+bool can_access(int device, int peer) {
+    if (device == peer) return true;
+    int ok = 0;
+    return g_drv.device_can_access_peer(&ok, device, peer) == CUDA_SUCCESS && ok;
+}
+
+#ifdef TWOHOP_HAVE_GPU_KERNELS
+extern "C" const unsigned char twohop_gpu_fatbin[];
+bool kernels_available() { return g_loaded; }
+
+bool launch_and_wait(int device, const char *name, const void *args, std::size_t arg_bytes,
+                     unsigned long long n) {
+    static std::mutex m;
+    static std::map<std::pair<int, std::string>, CUfunction> funcs;
+    static std::map<int, CUmodule> modules;
+    static std::map<int, CUstream> streams;
+    CtxScope ctx(device);
+    if (!ctx.ok()) return false;
+    CUfunction f;
+    CUstream st;
+    {
+        std::lock_guard<std::mutex> lock(m);
+        auto &mod = modules[device];
+        if (mod == nullptr && g_drv.module_load_data(&mod, twohop_gpu_fatbin) != CUDA_SUCCESS) {
+            mod = nullptr;
+            return false;
+        }
+        auto &fn = funcs[{device, name}];
+        if (fn == nullptr && g_drv.module_get_function(&fn, mod, name) != CUDA_SUCCESS) {
+            fn = nullptr;
+            return false;
+        }
+        f = fn;
+        auto &s = streams[device];
+        if (s == nullptr && g_drv.stream_create(&s, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
+            s = nullptr;
+            return false;
+        }
+        st = s;
+    }
+    if (n == 0) return true;
+    const unsigned block = 256;
+    unsigned long long blocks = (n + block - 1) / block;
+    if (blocks > 4096) blocks = 4096; // grid-stride loop covers the rest
+    void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<void *>(args),
+                     CU_LAUNCH_PARAM_BUFFER_SIZE, &arg_bytes, CU_LAUNCH_PARAM_END};
+    if (g_drv.launch_kernel(f, static_cast<unsigned>(blocks), 1, 1, block, 1, 1, 0, st, nullptr,
+                            extra) != CUDA_SUCCESS) {
+        return false;
+    }
+    return g_drv.stream_synchronize(st) == CUDA_SUCCESS;
+}
+#else
+bool kernels_available() { return false; }
+bool launch_and_wait(int, const char *, const void *, std::size_t, unsigned long long) {
+    return false;
+}
+#endif
+
+bool sync_input(int device) {
+    CtxScope ctx(device);
+    return ctx.ok() && g_drv.stream_synchronize(CU_STREAM_LEGACY) == CUDA_SUCCESS;
+}
+
 #else // built without CUDA headers: host memory only
 
 bool load(std::string *why) {
@@ -139,6 +310,17 @@ bool load(std::string *why) {
 }
 bool is_device_memory(const void *) { return false; }
 bool copy(void *, const void *, std::size_t) { return false; }
+bool pointer_info(const void *, PointerInfo *) { return false; }
+bool ipc_export(const void *, unsigned char *) { return false; }
+void *ipc_open(int, const unsigned char *) { return nullptr; }
+bool pci_bus_id(int, char *, int) { return false; }
+int device_by_pci(const char *) { return -1; }
+bool can_access(int, int) { return false; }
+bool kernels_available() { return false; }
+bool launch_and_wait(int, const char *, const void *, std::size_t, unsigned long long) {
+    return false;
+}
+bool sync_input(int) { return false; }
 
 #endif
 

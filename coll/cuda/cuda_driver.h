@@ -35,6 +35,48 @@ bool is_device_memory(const void *p);
  */
 bool copy(void *dst, const void *src, std::size_t n);
 
+/* What the driver knows of a device pointer. */
+struct PointerInfo {
+    int device = -1;        // ordinal in this process
+    bool managed = false;
+    char *base = nullptr;   // start of the allocation
+    std::size_t size = 0;   // its size in bytes
+};
+
+/* Fills *info for device memory p; false for host memory or on a driver error. */
+bool pointer_info(const void *p, PointerInfo *info);
+
+constexpr std::size_t kIpcHandleBytes = 64; // CU_IPC_HANDLE_SIZE
+
+/* CUDA IPC handle of the allocation starting at `base` (cudaMalloc memory; pools and managed
+ * memory cannot be exported this way). */
+bool ipc_export(const void *base, unsigned char handle[kIpcHandleBytes]);
+/*
+ * The local address of a peer process's allocation, opened in `device`'s primary context with
+ * lazy peer access; cached per (device, handle) for the life of the process, so a handle is
+ * opened once. nullptr on failure.
+ */
+void *ipc_open(int device, const unsigned char handle[kIpcHandleBytes]);
+
+/* PCI bus id of `device` ("0000:1b:00.0"), and the ordinal of a bus id in this process
+ * (-1 when that GPU is not visible here). */
+bool pci_bus_id(int device, char *buf, int len);
+int device_by_pci(const char *bus_id);
+/* True when kernels on `device` can access memory of `peer` (same device, or peer access). */
+bool can_access(int device, int peer);
+
+/* True when the device kernels (gpu_kernels.cu) are built in and the driver is loaded. */
+bool kernels_available();
+/*
+ * Runs kernel `name` of the embedded module on `device` (twohop's own non-blocking stream in
+ * the device's primary context) with the by-value argument `args` (arg_bytes bytes) over n
+ * elements, and waits for it. False on a driver error.
+ */
+bool launch_and_wait(int device, const char *name, const void *args, std::size_t arg_bytes,
+                     unsigned long long n);
+/* Waits for the work on `device`'s legacy default stream (the application's input). */
+bool sync_input(int device);
+
 } // namespace cuda
 } // namespace twohop
 

@@ -2,7 +2,9 @@
  * NodeShm: the per-node shared-memory segment of one communicator, and its layout.
  *
  * Layout (offsets from the mapping's start; every block 4 KiB aligned):
- *   control   L flag lines of 128 bytes, one per local rank (its three sequence counters)
+ *   control   L flag lines of 128 bytes, one per local rank (its sequence counters), then L
+ *             descriptor blocks of 256 bytes (what a rank publishes for the GPU path: IPC
+ *             handles of its device buffers)
  *   set 0     L input slots of slot_bytes, then the result buffer of slot_bytes
  *   ...
  *   set D-1   (D = pipeline depth)
@@ -34,6 +36,7 @@ struct alignas(128) RankFlags {
     std::atomic<uint64_t> failed;  // non-zero: my call failed (a twohop_status); peers stop
     std::atomic<uint64_t> bytes[8]; // [set] message bytes of the call using that buffer set,
                                     // written before `arrived`: local peers compare sizes
+    std::atomic<uint64_t> vote;     // GPU path round: (seq << 1) | "I can take it"
 };
 static_assert(sizeof(RankFlags) == 128, "one flag line per rank");
 
@@ -43,9 +46,15 @@ struct ShmLayout {
     uint64_t slot_bytes = 0; // 4 KiB multiple
 
     static constexpr uint64_t kAlign = 4096;
+    static constexpr uint64_t kDescBytes = 256;
     static uint64_t align_up(uint64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 
-    uint64_t control_bytes() const { return align_up(uint64_t(local_size) * sizeof(RankFlags)); }
+    uint64_t desc_offset(int local) const {
+        return uint64_t(local_size) * sizeof(RankFlags) + uint64_t(local) * kDescBytes;
+    }
+    uint64_t control_bytes() const {
+        return align_up(uint64_t(local_size) * (sizeof(RankFlags) + kDescBytes));
+    }
     uint64_t set_bytes() const { return uint64_t(local_size + 1) * slot_bytes; }
     uint64_t slot_offset(int set, int local) const {
         return control_bytes() + uint64_t(set) * set_bytes() + uint64_t(local) * slot_bytes;
@@ -91,6 +100,8 @@ class NodeShm {
     RankFlags &flags(int local) { return reinterpret_cast<RankFlags *>(base_)[local]; }
     char *slot(int set, int local) { return base_ + layout_.slot_offset(set, local); }
     char *result(int set) { return base_ + layout_.result_offset(set); }
+    /* Local rank `local`'s descriptor block (ShmLayout::kDescBytes bytes). */
+    char *desc(int local) { return base_ + layout_.desc_offset(local); }
 
   private:
     bool map(int fd, std::string *err);

@@ -1,0 +1,150 @@
+#include "gpu_node.h"
+
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "comm_state.h"
+#include "cuda_driver.h"
+#include "gpu_kernel_list.h"
+#include "segment_plan.h"
+
+namespace {
+
+using twohop::RankFlags;
+namespace cuda = twohop::cuda;
+
+/* What a local rank publishes in its descriptor block for one call. */
+struct GpuDesc {
+    uint32_t can;       // device buffers, kernel, handles: this rank can take the GPU path
+    uint32_t in_place;
+    char pci[32];       // PCI bus id of the buffers' GPU
+    unsigned char send_handle[cuda::kIpcHandleBytes];
+    unsigned char recv_handle[cuda::kIpcHandleBytes];
+    uint64_t send_off, recv_off; // byte offsets of the buffers in their allocations
+};
+static_assert(sizeof(GpuDesc) <= twohop::ShmLayout::kDescBytes, "descriptor block");
+
+/* Kernel name of (t, op), or nullptr when the GPU path has no kernel for it. */
+const char *kernel_name(twohop_dtype t, twohop_op op) {
+#define TWOHOP_NAME_ENTRY(D, T, OP, F)                                                         \
+    if (t == D && op == TWOHOP_OP_##OP) return "th_rb_" #D "_" #OP;
+    TWOHOP_GPU_KERNELS(TWOHOP_NAME_ENTRY)
+#undef TWOHOP_NAME_ENTRY
+    return nullptr;
+}
+
+/* My descriptor: fills d and *device; d->can = 0 when anything is missing. */
+void describe(const twohop_userbuf &in, const twohop_userbuf &out, const twohop_reduction &red,
+              GpuDesc *d, int *device) {
+    std::memset(d, 0, sizeof(*d));
+    *device = -1;
+    if (!in.device || !out.device || red.op == TWOHOP_OP_USER ||
+        kernel_name(red.dtype, red.op) == nullptr) {
+        return;
+    }
+    cuda::PointerInfo si, ri;
+    if (!cuda::pointer_info(in.device, &si) || !cuda::pointer_info(out.device, &ri) ||
+        si.managed || ri.managed || si.device != ri.device) {
+        return;
+    }
+    d->in_place = in.device == out.device;
+    if (!cuda::ipc_export(si.base, d->send_handle) || !cuda::ipc_export(ri.base, d->recv_handle) ||
+        !cuda::pci_bus_id(si.device, d->pci, sizeof(d->pci))) {
+        return;
+    }
+    d->send_off = static_cast<uint64_t>(in.device - si.base);
+    d->recv_off = static_cast<uint64_t>(out.device - ri.base);
+    *device = si.device;
+    d->can = 1;
+}
+
+} // namespace
+
+namespace {
+std::atomic<unsigned long long> g_gpu_calls{0};
+} // namespace
+
+bool gpu_node_capable() { return cuda::kernels_available(); }
+
+extern "C" const unsigned long long *twohop_gpu_calls_counter(void) {
+    static_assert(sizeof(std::atomic<unsigned long long>) == sizeof(unsigned long long), "pvar");
+    return reinterpret_cast<const unsigned long long *>(&g_gpu_calls);
+}
+
+int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out,
+                       uint64_t count, const twohop_reduction &red, bool *taken) {
+    *taken = false;
+    const int L = c->topo.local_size();
+    const int me = c->topo.local_rank;
+    const uint64_t s = ++c->seq;
+    RankFlags &mine = c->shm.flags(me);
+    int rc = s > uint64_t(c->depth) ? c->wait_all(&RankFlags::done, s - c->depth) : TWOHOP_OK;
+    if (rc != TWOHOP_OK) return rc;
+
+    // Round 1: my descriptor. My input must be complete before peers' kernels read it.
+    GpuDesc d;
+    int device = -1;
+    describe(in, out, red, &d, &device);
+    if (d.can && !cuda::sync_input(device)) d.can = 0;
+    std::memcpy(c->shm.desc(me), &d, sizeof(d));
+    mine.arrived.store(s, std::memory_order_release);
+    if ((rc = c->wait_all(&RankFlags::arrived, s)) != TWOHOP_OK) return rc;
+
+    // Round 2: can I reach every peer's GPU, and can every peer?
+    bool ok = d.can != 0;
+    GpuDesc peer[TWOHOP_GPU_MAX_RANKS];
+    for (int l = 0; ok && l < L; ++l) {
+        std::memcpy(&peer[l], c->shm.desc(l), sizeof(GpuDesc));
+        if (!peer[l].can) {
+            ok = false;
+            break;
+        }
+        const int dev = cuda::device_by_pci(peer[l].pci);
+        ok = dev >= 0 && cuda::can_access(device, dev);
+    }
+    mine.vote.store((s << 1) | (ok ? 1 : 0), std::memory_order_release);
+    bool all = true;
+    for (int l = 0; l < L; ++l) {
+        if ((rc = c->wait_for(c->shm.flags(l).vote, s << 1)) != TWOHOP_OK) return rc;
+        all = all && (c->shm.flags(l).vote.load(std::memory_order_acquire) & 1);
+    }
+    if (!all) { // everyone takes the host path; this seq is spent
+        mine.done.store(s, std::memory_order_release);
+        return TWOHOP_OK;
+    }
+
+    // The GPU path: my shard of the message, from every input into every output.
+    twohop_gpu_args a;
+    std::memset(&a, 0, sizeof(a));
+    const uint64_t ib = red.item_bytes;
+    const twohop::Range sh = twohop::split_even(count, static_cast<uint64_t>(L),
+                                                static_cast<uint64_t>(me));
+    for (int l = 0; l < L; ++l) {
+        char *sp, *rp;
+        if (l == me) {
+            sp = in.device;
+            rp = out.device;
+        } else {
+            char *sb = static_cast<char *>(cuda::ipc_open(device, peer[l].send_handle));
+            char *rb = static_cast<char *>(cuda::ipc_open(device, peer[l].recv_handle));
+            if (!sb || !rb) return TWOHOP_ERR_TRANSPORT;
+            sp = sb + peer[l].send_off;
+            rp = rb + peer[l].recv_off;
+        }
+        a.in[l] = sp + sh.offset * ib;
+        a.out[l] = rp + sh.offset * ib;
+    }
+    a.nin = a.nout = L;
+    a.n = sh.count * red.elems_per_item;
+    if (!cuda::launch_and_wait(device, kernel_name(red.dtype, red.op), &a, sizeof(a), a.n)) {
+        return TWOHOP_ERR_TRANSPORT;
+    }
+    mine.reduced.store(s, std::memory_order_release);
+    if ((rc = c->wait_all(&RankFlags::reduced, s)) != TWOHOP_OK) return rc;
+    mine.done.store(s, std::memory_order_release);
+    *taken = true;
+    g_gpu_calls.fetch_add(1, std::memory_order_relaxed);
+    return TWOHOP_OK;
+}
