@@ -48,6 +48,21 @@
 
 _Static_assert(sizeof(MPI_Fint) == sizeof(int), "fint_2_int shim assumes 4-byte Fortran INTEGER");
 
+/*
+ * Open MPI 4.1 may finish a communicator's activation -- coll selection, so twohop_comm_query
+ * and module_enable -- inside a request callback run by whichever thread drives progress, and
+ * hands the communicator to the creating thread through its own (uninstrumented) request
+ * completion. Under ThreadSanitizer that happens-before edge is made explicit on the module.
+ */
+#if defined(__SANITIZE_THREAD__)
+#include <sanitizer/tsan_interface.h>
+#define TWOHOP_HANDOFF_RELEASE(p) __tsan_release(p)
+#define TWOHOP_HANDOFF_ACQUIRE(p) __tsan_acquire(p)
+#else
+#define TWOHOP_HANDOFF_RELEASE(p) ((void)(p))
+#define TWOHOP_HANDOFF_ACQUIRE(p) ((void)(p))
+#endif
+
 /* ---------------------------------------------------------------- state ---- */
 
 static struct twohop_params params;
@@ -658,6 +673,7 @@ static int twohop_allreduce(const void *sbuf, void *rbuf, int count, ompi_dataty
                             ompi_op_t *op, ompi_communicator_t *comm,
                             mca_coll_base_module_t *module) {
     twohop_module *m = (twohop_module *)module;
+    TWOHOP_HANDOFF_ACQUIRE(m);
     twohop_reduction red;
     user_op_ctx uctx;
     ompi_datatype_t *base;
@@ -753,6 +769,7 @@ static int twohop_module_enable(mca_coll_base_module_t *module, ompi_communicato
         return OMPI_ERROR;
     }
     OBJ_RETAIN(m->prev_allreduce_module);
+    TWOHOP_HANDOFF_RELEASE(m);
     return OMPI_SUCCESS;
 }
 

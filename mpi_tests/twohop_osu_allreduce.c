@@ -19,6 +19,9 @@
 #include <string.h>
 
 #include <mpi.h>
+#ifdef TWOHOP_OSU_CUDA
+#include <cuda_runtime.h>
+#endif
 
 #include "twohop_pvars.h"
 
@@ -34,6 +37,7 @@ struct bench_opts {
     int iterations, skip;             /* -1: OSU defaults by size */
     int iterations_large, skip_large; /* OSU defaults 100 / 10 */
     bool validate, full, expect_twohop;
+    bool cuda; /* -d cuda: buffers in device memory (cudaMalloc), as osu_allreduce -d cuda */
     MPI_Datatype dtype;
     const char *dtype_name;
     size_t dsize;
@@ -50,6 +54,8 @@ static void print_help(void) {
            "  -c, --validation              check the result of every size (exact small "
            "integers)\n"
            "  -f, --full                    print avg, min, max latency and iterations\n"
+           "  -d, --accelerator cuda        buffers in CUDA device memory (builds with the CUDA "
+           "toolkit only)\n"
            "      --expect-twohop           fail unless the twohop pvars show it served every "
            "call\n"
            "  -h, --help                    this help\n"
@@ -59,15 +65,17 @@ static void print_help(void) {
 
 /* Parses argv; returns 0, 1 for help, -1 on error (message printed by rank 0). */
 static int parse(int argc, char **argv, struct bench_opts *o, int rank) {
-    *o =
-        (struct bench_opts){DEFAULT_MIN, DEFAULT_MAX, -1,    -1,        100,         10,
-                            false,       false,       false, MPI_FLOAT, "MPI_FLOAT", sizeof(float)};
+    *o = (struct bench_opts){.min_size = DEFAULT_MIN, .max_size = DEFAULT_MAX, .iterations = -1,
+                             .skip = -1, .iterations_large = 100, .skip_large = 10,
+                             .dtype = MPI_FLOAT, .dtype_name = "MPI_FLOAT",
+                             .dsize = sizeof(float)};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool takes = !strcmp(a, "-m") || !strcmp(a, "--message-size") || !strcmp(a, "-i") ||
                      !strcmp(a, "--iterations") || !strcmp(a, "-x") || !strcmp(a, "--warmup") ||
-                     !strcmp(a, "-T") || !strcmp(a, "--type");
+                     !strcmp(a, "-T") || !strcmp(a, "--type") || !strcmp(a, "-d") ||
+                     !strcmp(a, "--accelerator");
         if (takes && !v) {
             if (rank == 0) {
                 fprintf(stderr, "twohop_osu_allreduce: %s needs a value\n", a);
@@ -82,6 +90,18 @@ static int parse(int argc, char **argv, struct bench_opts *o, int rank) {
             } else {
                 o->max_size = strtoull(v, NULL, 10);
             }
+            i++;
+        } else if (!strcmp(a, "-d") || !strcmp(a, "--accelerator")) {
+#ifdef TWOHOP_OSU_CUDA
+            if (strcmp(v, "cuda") != 0) {
+                if (rank == 0) fprintf(stderr, "twohop_osu_allreduce: -d %s: only cuda\n", v);
+                return -1;
+            }
+            o->cuda = true;
+#else
+            if (rank == 0) fprintf(stderr, "twohop_osu_allreduce: built without CUDA\n");
+            return -1;
+#endif
             i++;
         } else if (!strcmp(a, "-i") || !strcmp(a, "--iterations")) {
             o->iterations = o->iterations_large = atoi(v);
@@ -202,17 +222,34 @@ int main(int argc, char **argv) {
         fprintf(stderr, "twohop_osu_allreduce: this test requires at least two processes\n");
     }
 
-    void *sendb = NULL, *recvb = NULL;
+    void *sendb = NULL, *recvb = NULL, *hostb = NULL;
     if (posix_memalign(&sendb, 4096, o.max_size) || posix_memalign(&recvb, 4096, o.max_size)) {
         fprintf(stderr, "twohop_osu_allreduce: cannot allocate 2 x %zu bytes\n", o.max_size);
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     memset(recvb, 0, o.max_size);
     fill(&o, sendb, o.max_size / o.dsize, rank);
+#ifdef TWOHOP_OSU_CUDA
+    if (o.cuda) { /* device buffers; the host ones hold the input and, later, the result */
+        void *ds = NULL, *dr = NULL;
+        if (cudaMalloc(&ds, o.max_size) != cudaSuccess ||
+            cudaMalloc(&dr, o.max_size) != cudaSuccess ||
+            cudaMemcpy(ds, sendb, o.max_size, cudaMemcpyHostToDevice) != cudaSuccess ||
+            cudaMemset(dr, 0, o.max_size) != cudaSuccess) {
+            fprintf(stderr, "twohop_osu_allreduce: CUDA allocation of 2 x %zu bytes failed\n",
+                    o.max_size);
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+        free(sendb);
+        hostb = recvb;
+        sendb = ds;
+        recvb = dr;
+    }
+#endif
 
     if (rank == 0) {
         printf("# OSU MPI Allreduce Latency Test (twohop_osu_allreduce)\n");
-        printf("# Datatype: %s.\n", o.dtype_name);
+        printf("# Datatype: %s.%s\n", o.dtype_name, o.cuda ? " Buffers: CUDA device memory." : "");
         printf("# Processes: %d. BusBW = size / avg latency * 2(p-1)/p (NCCL convention).\n", p);
         printf("%-10s%*s", "# Size", FIELD_WIDTH, "Avg Latency(us)");
         if (o.full) {
@@ -254,7 +291,12 @@ int main(int argc, char **argv) {
         calls += (unsigned long long)(iters + skip);
         int valid = 1, all;
         if (o.validate) {
-            valid = validate(&o, recvb, count, p);
+#ifdef TWOHOP_OSU_CUDA
+            if (o.cuda && cudaMemcpy(hostb, recvb, size, cudaMemcpyDeviceToHost) != cudaSuccess) {
+                valid = 0;
+            }
+#endif
+            valid = valid && validate(&o, hostb ? hostb : recvb, count, p);
             MPI_Reduce(&valid, &all, 1, MPI_INT, MPI_LAND, 0, MPI_COMM_WORLD);
             all_valid = all_valid && (rank != 0 || all);
         }
@@ -282,8 +324,9 @@ int main(int argc, char **argv) {
     int ok = 1;
     if (rank == 0) {
         if (have_pvars) {
-            printf("# twohop: served %llu of %llu MPI_Allreduce calls on rank 0, fell back %llu\n",
-                   c1.served - c0.served, calls, c1.fallback - c0.fallback);
+            printf("# twohop: served %llu of %llu MPI_Allreduce calls on rank 0, fell back %llu, "
+                   "GPU path %llu\n",
+                   c1.served - c0.served, calls, c1.fallback - c0.fallback, c1.gpu - c0.gpu);
         } else {
             printf("# twohop: not loaded (%s)\n", pv.why);
         }
@@ -297,6 +340,14 @@ int main(int argc, char **argv) {
         }
     }
     MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
+#ifdef TWOHOP_OSU_CUDA
+    if (o.cuda) {
+        cudaFree(sendb);
+        cudaFree(recvb);
+        sendb = recvb = NULL;
+        free(hostb);
+    }
+#endif
     free(sendb);
     free(recvb);
     twohop_pvars_close(&pv);
