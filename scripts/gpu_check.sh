@@ -89,17 +89,34 @@ if ((ngpu >= 2)); then
     check np2_block2_two_gpus 2 block:2 0,1
 fi
 
+# The real-benchmark shape: OSU-style -d cuda with validation, twohop must serve every call.
+osu() { # osu NAME NP GPUS
+    if run "$2" "" "$3" -- "$build/mpi_tests/twohop_osu_allreduce" -d cuda -c -f --expect-twohop \
+        -T mpi_float -m 8:268435456 -i 20 -x 5 >"$out/osu_$1.txt" 2>&1; then
+        summary+=("PASS osu -d cuda -c $1")
+    else
+        summary+=("FAIL osu -d cuda -c $1")
+        status=1
+    fi
+}
+osu np4_one_gpu 4 0
+((ngpu >= 2)) && osu np2_two_gpus 2 0,1
+
 if [[ ${1:-} != quick ]]; then
     for np in 2 4 8; do
-        max=$((np == 8 ? 67108864 : 268435456))
-        run $np "" 0 -- "$build/mpi_tests/device_allreduce" bench --max $max \
+        run $np "" 0 -- "$build/mpi_tests/device_allreduce" bench --max 268435456 \
             >"$out/bench_twohop_np$np.txt" 2>&1
         bash mpi_tests/run_mpi.sh -c tuned -n $np -b "$build" -t 300 -- \
-            "$build/mpi_tests/device_allreduce" bench --stage --max $max \
+            "$build/mpi_tests/device_allreduce" bench --stage --max 67108864 \
             >"$out/bench_stage_np$np.txt" 2>&1
     done
     if ((ngpu >= 2)); then
-        run 2 "" 0,1 -- "$build/mpi_tests/device_allreduce" bench >"$out/bench_twohop_2gpu.txt" 2>&1
+        run 2 "" 0,1 -- "$build/mpi_tests/device_allreduce" bench --max 1073741824 \
+            >"$out/bench_twohop_2gpu.txt" 2>&1
+        if [[ -x $build/mpi_tests/nccl_allreduce ]]; then
+            run 2 "" 0,1 -- "$build/mpi_tests/nccl_allreduce" --max 1073741824 \
+                >"$out/bench_nccl_2gpu.txt" 2>&1
+        fi
     fi
 fi
 
@@ -108,6 +125,11 @@ printf '%s\n' "${summary[@]}"
 for f in "$out"/bench_*.txt; do
     [[ -f $f ]] || continue
     echo "== $(basename "$f")"
-    grep -E "^#|^ +[0-9]|bytes" "$f" | head -14
+    grep -E "^#|^ +[0-9]|bytes" "$f" | awk 'NR <= 2 || NR % 2 == 0'
+done
+for f in "$out"/osu_*.txt; do
+    [[ -f $f ]] || continue
+    echo "== $(basename "$f")"
+    grep -E "^# twohop|^# valid|^# --expect|^(8|1048576|67108864|268435456) " "$f"
 done
 exit $status
