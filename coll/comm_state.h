@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu_node.h"
 #include "memory_kind.h"
 #include "node_shm.h"
 #include "rail_ring.h"
@@ -59,6 +60,8 @@ struct twohop_comm {
 
     bool gpu_round = false;        // run the GPU path's decision rounds (gpu_node.h): one node,
                                    // every rank has the driver and kernels (agreed at set-up)
+    GpuStaging gpu_staging[2];     // [0] input, [1] output, for buffers IPC cannot share
+    bool gpu_decline_logged = false; // "a peer GPU is out of reach" said once (verbose 1)
 
     twohop::ucx::Worker *worker = nullptr; // non-null only with more than one node
     std::vector<twohop_rail> rails;        // one per owned shard (empty on one node)

@@ -35,28 +35,67 @@ const char *kernel_name(twohop_dtype t, twohop_op op) {
     return nullptr;
 }
 
-/* My descriptor: fills d and *device; d->can = 0 when anything is missing. */
-void describe(const twohop_userbuf &in, const twohop_userbuf &out, const twohop_reduction &red,
-              GpuDesc *d, int *device) {
+/* IPC handle of an exportable device buffer: the allocation's base and the offset in it. */
+bool export_buffer(char *p, unsigned char handle[cuda::kIpcHandleBytes], uint64_t *off) {
+    cuda::PointerInfo pi;
+    if (!cuda::pointer_info(p, &pi) || pi.managed) return false;
+    if (!cuda::ipc_export(pi.base, handle)) return false; // e.g. stream-ordered pool memory
+    *off = static_cast<uint64_t>(p - pi.base);
+    return true;
+}
+
+/* Makes st hold at least `bytes` of twohop's own device memory on `device`, exported. */
+bool ensure_staging(GpuStaging *st, int device, uint64_t bytes) {
+    if (st->ptr && st->device == device && st->bytes >= bytes) return true;
+    if (st->ptr) cuda::device_free(st->device, st->ptr);
+    st->ptr = nullptr;
+    const uint64_t want = bytes + bytes / 2; // room to grow without a new export every call
+    st->ptr = cuda::device_alloc(device, want);
+    if (!st->ptr) return false;
+    st->bytes = want;
+    st->device = device;
+    return cuda::ipc_export(st->ptr, st->handle);
+}
+
+/*
+ * My descriptor: fills d, *device and which staging buffers this call uses (stage_in: copy
+ * my input there first; stage_out: copy the result from there after). d->can = 0 when
+ * anything is missing (host memory, no kernel, buffers on two devices, allocation failure).
+ */
+void describe(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out,
+              const twohop_reduction &red, uint64_t bytes, GpuDesc *d, int *device,
+              bool *stage_in, bool *stage_out) {
     std::memset(d, 0, sizeof(*d));
     *device = -1;
+    *stage_in = *stage_out = false;
     if (!in.device || !out.device || red.op == TWOHOP_OP_USER ||
         kernel_name(red.dtype, red.op) == nullptr) {
         return;
     }
     cuda::PointerInfo si, ri;
     if (!cuda::pointer_info(in.device, &si) || !cuda::pointer_info(out.device, &ri) ||
-        si.managed || ri.managed || si.device != ri.device) {
+        si.device != ri.device) {
         return;
     }
-    d->in_place = in.device == out.device;
-    if (!cuda::ipc_export(si.base, d->send_handle) || !cuda::ipc_export(ri.base, d->recv_handle) ||
-        !cuda::pci_bus_id(si.device, d->pci, sizeof(d->pci))) {
-        return;
-    }
-    d->send_off = static_cast<uint64_t>(in.device - si.base);
-    d->recv_off = static_cast<uint64_t>(out.device - ri.base);
     *device = si.device;
+    d->in_place = in.device == out.device;
+    if (!export_buffer(out.device, d->recv_handle, &d->recv_off)) {
+        if (!ensure_staging(&c->gpu_staging[1], *device, bytes)) return;
+        std::memcpy(d->recv_handle, c->gpu_staging[1].handle, cuda::kIpcHandleBytes);
+        d->recv_off = 0;
+        *stage_out = true;
+    }
+    if (d->in_place) {
+        std::memcpy(d->send_handle, d->recv_handle, cuda::kIpcHandleBytes);
+        d->send_off = d->recv_off;
+        *stage_in = *stage_out;
+    } else if (!export_buffer(in.device, d->send_handle, &d->send_off)) {
+        if (!ensure_staging(&c->gpu_staging[0], *device, bytes)) return;
+        std::memcpy(d->send_handle, c->gpu_staging[0].handle, cuda::kIpcHandleBytes);
+        d->send_off = 0;
+        *stage_in = true;
+    }
+    if (!cuda::pci_bus_id(*device, d->pci, sizeof(d->pci))) return;
     d->can = 1;
 }
 
@@ -67,6 +106,10 @@ std::atomic<unsigned long long> g_gpu_calls{0};
 } // namespace
 
 bool gpu_node_capable() { return cuda::kernels_available(); }
+
+GpuStaging::~GpuStaging() {
+    if (ptr) cuda::device_free(device, ptr);
+}
 
 extern "C" const unsigned long long *twohop_gpu_calls_counter(void) {
     static_assert(sizeof(std::atomic<unsigned long long>) == sizeof(unsigned long long), "pvar");
@@ -86,8 +129,13 @@ int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_us
     // Round 1: my descriptor. My input must be complete before peers' kernels read it.
     GpuDesc d;
     int device = -1;
-    describe(in, out, red, &d, &device);
+    bool stage_in = false, stage_out = false;
+    const uint64_t bytes = count * red.item_bytes;
+    describe(c, in, out, red, bytes, &d, &device, &stage_in, &stage_out);
+    char *send_stage = static_cast<char *>(c->gpu_staging[d.in_place ? 1 : 0].ptr);
+    char *recv_stage = static_cast<char *>(c->gpu_staging[1].ptr);
     if (d.can && !cuda::sync_input(device)) d.can = 0;
+    if (d.can && stage_in && !cuda::copy(send_stage, in.device, bytes)) d.can = 0;
     std::memcpy(c->shm.desc(me), &d, sizeof(d));
     mine.arrived.store(s, std::memory_order_release);
     if ((rc = c->wait_all(&RankFlags::arrived, s)) != TWOHOP_OK) return rc;
@@ -103,6 +151,15 @@ int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_us
         }
         const int dev = cuda::device_by_pci(peer[l].pci);
         ok = dev >= 0 && cuda::can_access(device, dev);
+        if (!ok && !c->gpu_decline_logged) {
+            c->gpu_decline_logged = true;
+            char msg[160];
+            std::snprintf(msg, sizeof(msg),
+                          "GPU path not taken: the GPU of local rank %d (%s) is not reachable "
+                          "from this rank's GPU (no peer access); device buffers go through "
+                          "host memory", l, peer[l].pci);
+            c->host.log(1, msg);
+        }
     }
     mine.vote.store((s << 1) | (ok ? 1 : 0), std::memory_order_release);
     bool all = true;
@@ -124,8 +181,8 @@ int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_us
     for (int l = 0; l < L; ++l) {
         char *sp, *rp;
         if (l == me) {
-            sp = in.device;
-            rp = out.device;
+            sp = stage_in ? send_stage : in.device;
+            rp = stage_out ? recv_stage : out.device;
         } else {
             char *sb = static_cast<char *>(cuda::ipc_open(device, peer[l].send_handle));
             char *rb = static_cast<char *>(cuda::ipc_open(device, peer[l].recv_handle));
@@ -143,6 +200,7 @@ int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_us
     }
     mine.reduced.store(s, std::memory_order_release);
     if ((rc = c->wait_all(&RankFlags::reduced, s)) != TWOHOP_OK) return rc;
+    if (stage_out && !cuda::copy(out.device, recv_stage, bytes)) return TWOHOP_ERR_TRANSPORT;
     mine.done.store(s, std::memory_order_release);
     *taken = true;
     g_gpu_calls.fetch_add(1, std::memory_order_relaxed);

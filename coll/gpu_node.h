@@ -23,6 +23,19 @@
 struct twohop_comm;
 
 /*
+ * A device buffer twohop owns for a rank whose own buffer cannot be shared through CUDA IPC
+ * (stream-ordered pool or managed memory): the input is copied in before the call and the
+ * result out after it, both device-to-device. Grown on demand, freed with the communicator.
+ */
+struct GpuStaging {
+    void *ptr = nullptr;
+    uint64_t bytes = 0;
+    int device = -1;
+    unsigned char handle[64];
+    ~GpuStaging();
+};
+
+/*
  * Runs the decision rounds and, when every local rank can, the GPU path. *taken tells whether
  * the call was done here (else the caller runs the host path). Returns a twohop_status.
  */

@@ -11,7 +11,8 @@
  *          re-allocated (often at the same address) with new contents between calls; with
  *          --expect-twohop the MPI_T counters must show twohop served every call; with
  *          --expect-gpu (one node, GPUs that reach each other) the GPU path must serve exactly
- *          the calls where every rank passes cudaMalloc memory as both buffers.
+ *          the calls where every rank passes device memory (any kind but pinned host) as both
+ *          buffers.
  *        device_allreduce bench [--stage] [--max BYTES]
  *          MPI_FLOAT sum on device buffers, 8 B .. BYTES (default 256 MiB, x4 steps): median
  *          over iterations of the slowest rank's time, the calling thread's CPU time per call,
@@ -92,6 +93,11 @@ static void one_case(enum kind ks, enum kind kr, MPI_Datatype t, long n, bool in
     void *r = alloc_kind(kr, bytes), *s = inplace ? NULL : alloc_kind(ks, bytes);
     CK(cudaMemcpy(inplace ? r : s, h, bytes, cudaMemcpyDefault));
     if (!inplace) CK(cudaMemset(r, 0x7F, bytes));
+    /* The GPU path serves the call exactly when every rank's buffers are device memory of any
+     * kind (cudaMalloc, managed, pools; not pinned host): agreed here, on host ints. */
+    int dev_here = kr != K_PINNED && (inplace || ks != K_PINNED), dev_all = 0;
+    MPI_Allreduce(&dev_here, &dev_all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
+    (void)uniform;
     struct twohop_counts c0 = twohop_pvars_read(&pv);
     MPI_Op op = t == MPI_DOUBLE ? MPI_MAX : MPI_SUM;
     int rc = MPI_Allreduce(inplace ? MPI_IN_PLACE : s, r, (int)n, t, op, MPI_COMM_WORLD);
@@ -119,8 +125,7 @@ static void one_case(enum kind ks, enum kind kr, MPI_Datatype t, long n, bool in
                c1.served - c0.served, c1.fallback - c0.fallback);
         failures++;
     }
-    /* The GPU path exactly when every rank passes cudaMalloc memory as both buffers. */
-    const bool want_gpu = expect_gpu && uniform && kr == K_DEVICE && (inplace || ks == K_DEVICE);
+    const bool want_gpu = expect_gpu && dev_all;
     if (expect_gpu && (c1.gpu - c0.gpu) != (want_gpu ? 1u : 0u)) {
         printf("FAIL rank %d: send %s recv %s n=%ld: GPU path %s\n", rank,
                inplace ? "-" : kind_name[ks], kind_name[kr], n,

@@ -28,6 +28,8 @@ struct Driver {
     CUresult (*launch_kernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
                               unsigned, unsigned, CUstream, void **, void **);
     CUresult (*stream_create)(CUstream *, unsigned int);
+    CUresult (*mem_alloc)(CUdeviceptr *, size_t);
+    CUresult (*mem_free)(CUdeviceptr);
     CUresult (*pointer_get_attributes)(unsigned, CUpointer_attribute *, void **, CUdeviceptr);
     CUresult (*memcpy)(CUdeviceptr, CUdeviceptr, size_t);
     CUresult (*ctx_get_current)(CUcontext *);
@@ -72,7 +74,9 @@ void do_load() {
                sym(h, "cuModuleLoadData", &g_drv.module_load_data) &&
                sym(h, "cuModuleGetFunction", &g_drv.module_get_function) &&
                sym(h, "cuLaunchKernel", &g_drv.launch_kernel) &&
-               sym(h, "cuStreamCreate", &g_drv.stream_create);
+               sym(h, "cuStreamCreate", &g_drv.stream_create) &&
+               sym(h, "cuMemAlloc_v2", &g_drv.mem_alloc) &&
+               sym(h, "cuMemFree_v2", &g_drv.mem_free);
 }
 
 /* Memory type and device ordinal of p; false when the driver does not know p. */
@@ -297,6 +301,18 @@ bool launch_and_wait(int, const char *, const void *, std::size_t, unsigned long
 }
 #endif
 
+void *device_alloc(int device, std::size_t bytes) {
+    CtxScope ctx(device);
+    CUdeviceptr p = 0;
+    if (!ctx.ok() || g_drv.mem_alloc(&p, bytes ? bytes : 1) != CUDA_SUCCESS) return nullptr;
+    return reinterpret_cast<void *>(p);
+}
+
+void device_free(int device, void *p) {
+    CtxScope ctx(device);
+    if (ctx.ok() && p) g_drv.mem_free(reinterpret_cast<CUdeviceptr>(p));
+}
+
 bool sync_input(int device) {
     CtxScope ctx(device);
     return ctx.ok() && g_drv.stream_synchronize(CU_STREAM_LEGACY) == CUDA_SUCCESS;
@@ -321,6 +337,8 @@ bool launch_and_wait(int, const char *, const void *, std::size_t, unsigned long
     return false;
 }
 bool sync_input(int) { return false; }
+void *device_alloc(int, std::size_t) { return nullptr; }
+void device_free(int, void *) {}
 
 #endif
 

@@ -74,6 +74,14 @@ bool kernels_available();
  */
 bool launch_and_wait(int device, const char *name, const void *args, std::size_t arg_bytes,
                      unsigned long long n);
+/*
+ * Device memory twohop allocates itself (cuMemAlloc, IPC-exportable) in `device`'s primary
+ * context, for ranks whose buffers cannot be exported (stream-ordered pools, managed memory).
+ * nullptr on failure. Released with device_free.
+ */
+void *device_alloc(int device, std::size_t bytes);
+void device_free(int device, void *p);
+
 /* Waits for the work on `device`'s legacy default stream (the application's input). */
 bool sync_input(int device);
 
