@@ -87,6 +87,20 @@ if ((ngpu >= 2)); then
     check np2_two_gpus 2 "" 0,1 --expect-gpu
     check np4_two_gpus 4 "" 0,1 --expect-gpu
     check np2_block2_two_gpus 2 block:2 0,1
+    # Each rank sees only its own GPU: no peer can be reached, so the node votes for the host
+    # path, says so at verbose 1, and stays correct.
+    t0=$SECONDS
+    if CUDA_VISIBLE_DEVICES=0,1 bash mpi_tests/run_mpi.sh -n 2 -b "$build" -t 300 \
+        -m coll_twohop_verbose=1 -- bash -c \
+        'CUDA_VISIBLE_DEVICES=$OMPI_COMM_WORLD_LOCAL_RANK exec "$@"' _ \
+        "$build/mpi_tests/device_allreduce" check --expect-twohop >"$out/check_isolated.log" 2>&1 &&
+        grep -q "not reachable" "$out/check_isolated.log"; then
+        summary+=("PASS check np2_isolated_gpus, host path said at verbose 1 ($((SECONDS - t0)) s)")
+    else
+        summary+=("FAIL check np2_isolated_gpus")
+        status=1
+        grep -E "FAIL|error|signal|reachable" "$out/check_isolated.log" | head -5
+    fi
 fi
 
 # The real-benchmark shape: OSU-style -d cuda with validation, twohop must serve every call.
