@@ -99,6 +99,15 @@ void describe(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &ou
     d->can = 1;
 }
 
+/* Logs what failed (verbose 1, with the driver's last error) and returns the status. */
+int gpu_error(twohop_comm *c, const char *what, int rank) {
+    char msg[256];
+    std::snprintf(msg, sizeof(msg), "GPU path: %s %d failed (%s)", what, rank,
+                  cuda::last_error());
+    c->host.log(1, msg);
+    return TWOHOP_ERR_TRANSPORT;
+}
+
 } // namespace
 
 namespace {
@@ -186,7 +195,7 @@ int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_us
         } else {
             char *sb = static_cast<char *>(cuda::ipc_open(device, peer[l].send_handle));
             char *rb = static_cast<char *>(cuda::ipc_open(device, peer[l].recv_handle));
-            if (!sb || !rb) return TWOHOP_ERR_TRANSPORT;
+            if (!sb || !rb) return gpu_error(c, "opening a CUDA IPC handle of local rank", l);
             sp = sb + peer[l].send_off;
             rp = rb + peer[l].recv_off;
         }
@@ -196,11 +205,13 @@ int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_us
     a.nin = a.nout = L;
     a.n = sh.count * red.elems_per_item;
     if (!cuda::launch_and_wait(device, kernel_name(red.dtype, red.op), &a, sizeof(a), a.n)) {
-        return TWOHOP_ERR_TRANSPORT;
+        return gpu_error(c, "the reduction kernel failed on local rank", me);
     }
     mine.reduced.store(s, std::memory_order_release);
     if ((rc = c->wait_all(&RankFlags::reduced, s)) != TWOHOP_OK) return rc;
-    if (stage_out && !cuda::copy(out.device, recv_stage, bytes)) return TWOHOP_ERR_TRANSPORT;
+    if (stage_out && !cuda::copy(out.device, recv_stage, bytes)) {
+        return gpu_error(c, "copying the result out of twohop's device staging on local rank", me);
+    }
     mine.done.store(s, std::memory_order_release);
     *taken = true;
     g_gpu_calls.fetch_add(1, std::memory_order_relaxed);

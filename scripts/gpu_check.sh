@@ -54,6 +54,7 @@ run() { # run NP VNODES GPUS -- PROGRAM ARGS
     shift 4
     local extra=()
     [[ -n $vn ]] && extra=(-v "$vn")
+    [[ -n ${CHECK_VERBOSE:-} ]] && extra+=(-m coll_twohop_verbose=1)
     CUDA_VISIBLE_DEVICES=$gpus bash mpi_tests/run_mpi.sh -n "$np" -b "$build" -t 500 \
         "${extra[@]}" -- "$@"
 }
@@ -64,7 +65,7 @@ check() { # check NAME NP VNODES GPUS [EXTRA ARGS]
     local name=$1 np=$2 vn=$3 gpus=$4
     shift 4
     local t0=$SECONDS
-    if run "$np" "$vn" "$gpus" -- "$build/mpi_tests/device_allreduce" check --expect-twohop "$@" \
+    if CHECK_VERBOSE=1 run "$np" "$vn" "$gpus" -- "$build/mpi_tests/device_allreduce" check --expect-twohop "$@" \
         >"$out/check_$name.log" 2>&1; then
         summary+=("PASS check $name ($((SECONDS - t0)) s)")
     else

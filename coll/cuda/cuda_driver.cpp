@@ -1,5 +1,6 @@
 #include "cuda_driver.h"
 
+#include <cstdio>
 #include <cstring>
 #include <dlfcn.h>
 #include <map>
@@ -41,6 +42,19 @@ struct Driver {
 };
 
 Driver g_drv;
+thread_local const char *t_last_error = "";
+CUresult (*g_error_name)(CUresult, const char **) = nullptr;
+
+/* Records a failed driver call's name for last_error(); returns true on success. */
+bool ok(CUresult r, const char *call) {
+    if (r == CUDA_SUCCESS) return true;
+    static thread_local char buf[160];
+    const char *name = "?";
+    if (g_error_name) g_error_name(r, &name);
+    std::snprintf(buf, sizeof(buf), "%s: %s", call, name);
+    t_last_error = buf;
+    return false;
+}
 bool g_loaded = false;
 std::once_flag g_once;
 std::string g_why;
@@ -77,6 +91,7 @@ void do_load() {
                sym(h, "cuStreamCreate", &g_drv.stream_create) &&
                sym(h, "cuMemAlloc_v2", &g_drv.mem_alloc) &&
                sym(h, "cuMemFree_v2", &g_drv.mem_free);
+    g_error_name = reinterpret_cast<CUresult (*)(CUresult, const char **)>(dlsym(h, "cuGetErrorName"));
 }
 
 /* Memory type and device ordinal of p; false when the driver does not know p. */
@@ -147,16 +162,16 @@ bool copy(void *dst, const void *src, std::size_t n) {
         if (ctx == nullptr || g_drv.ctx_push(ctx) != CUDA_SUCCESS) return false;
         pushed = true;
     }
-    bool ok = g_drv.memcpy(reinterpret_cast<CUdeviceptr>(dst), reinterpret_cast<CUdeviceptr>(src),
-                           n) == CUDA_SUCCESS;
+    bool done = ok(g_drv.memcpy(reinterpret_cast<CUdeviceptr>(dst),
+                                reinterpret_cast<CUdeviceptr>(src), n), "cuMemcpy");
     // A copy from pageable host memory may return before the DMA finished: wait for it so the
     // application's next kernel, on any stream, sees the data.
-    if (ok) ok = g_drv.stream_synchronize(CU_STREAM_LEGACY) == CUDA_SUCCESS;
+    if (done) done = ok(g_drv.stream_synchronize(CU_STREAM_LEGACY), "cuStreamSynchronize");
     if (pushed) {
         CUcontext popped;
         g_drv.ctx_pop(&popped);
     }
-    return ok;
+    return done;
 }
 
 /* Makes `device`'s primary context current for the scope (when another one, or none, is). */
@@ -222,8 +237,8 @@ void *ipc_open(int device, const unsigned char handle[kIpcHandleBytes]) {
     CUipcMemHandle h;
     std::memcpy(&h, handle, kIpcHandleBytes);
     CUdeviceptr p = 0;
-    if (!ctx.ok() ||
-        g_drv.ipc_open_mem_handle(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) != CUDA_SUCCESS) {
+    if (!ctx.ok() || !ok(g_drv.ipc_open_mem_handle(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS),
+                         "cuIpcOpenMemHandle")) {
         return nullptr;
     }
     cache[key] = reinterpret_cast<void *>(p);
@@ -265,12 +280,14 @@ bool launch_and_wait(int device, const char *name, const void *args, std::size_t
     {
         std::lock_guard<std::mutex> lock(m);
         auto &mod = modules[device];
-        if (mod == nullptr && g_drv.module_load_data(&mod, twohop_gpu_fatbin) != CUDA_SUCCESS) {
+        if (mod == nullptr && !ok(g_drv.module_load_data(&mod, twohop_gpu_fatbin),
+                                  "cuModuleLoadData")) {
             mod = nullptr;
             return false;
         }
         auto &fn = funcs[{device, name}];
-        if (fn == nullptr && g_drv.module_get_function(&fn, mod, name) != CUDA_SUCCESS) {
+        if (fn == nullptr && !ok(g_drv.module_get_function(&fn, mod, name),
+                                 "cuModuleGetFunction")) {
             fn = nullptr;
             return false;
         }
@@ -288,11 +305,11 @@ bool launch_and_wait(int device, const char *name, const void *args, std::size_t
     if (blocks > 4096) blocks = 4096; // grid-stride loop covers the rest
     void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<void *>(args),
                      CU_LAUNCH_PARAM_BUFFER_SIZE, &arg_bytes, CU_LAUNCH_PARAM_END};
-    if (g_drv.launch_kernel(f, static_cast<unsigned>(blocks), 1, 1, block, 1, 1, 0, st, nullptr,
-                            extra) != CUDA_SUCCESS) {
+    if (!ok(g_drv.launch_kernel(f, static_cast<unsigned>(blocks), 1, 1, block, 1, 1, 0, st,
+                                nullptr, extra), "cuLaunchKernel")) {
         return false;
     }
-    return g_drv.stream_synchronize(st) == CUDA_SUCCESS;
+    return ok(g_drv.stream_synchronize(st), "cuStreamSynchronize (kernel)");
 }
 #else
 bool kernels_available() { return false; }
@@ -312,6 +329,8 @@ void device_free(int device, void *p) {
     CtxScope ctx(device);
     if (ctx.ok() && p) g_drv.mem_free(reinterpret_cast<CUdeviceptr>(p));
 }
+
+const char *last_error() { return t_last_error; }
 
 bool sync_input(int device) {
     CtxScope ctx(device);
@@ -338,6 +357,7 @@ bool launch_and_wait(int, const char *, const void *, std::size_t, unsigned long
 }
 bool sync_input(int) { return false; }
 void *device_alloc(int, std::size_t) { return nullptr; }
+const char *last_error() { return "no CUDA support"; }
 void device_free(int, void *) {}
 
 #endif

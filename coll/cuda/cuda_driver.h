@@ -82,6 +82,9 @@ bool launch_and_wait(int device, const char *name, const void *args, std::size_t
 void *device_alloc(int device, std::size_t bytes);
 void device_free(int device, void *p);
 
+/* The name of the last driver error any call here saw in this thread ("" when none). */
+const char *last_error();
+
 /* Waits for the work on `device`'s legacy default stream (the application's input). */
 bool sync_input(int device);
 
