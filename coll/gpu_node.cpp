@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <unistd.h>
 
 #include "comm_state.h"
 #include "cuda_driver.h"
@@ -23,6 +24,9 @@ struct GpuDesc {
     unsigned char send_handle[cuda::kIpcHandleBytes];
     unsigned char recv_handle[cuda::kIpcHandleBytes];
     uint64_t send_off, recv_off; // byte offsets of the buffers in their allocations
+    uint64_t send_base, recv_base; // the allocations' addresses in the publishing process
+    uint64_t send_id, recv_id;     // their buffer ids there (a new id = a new allocation)
+    int64_t pid;
 };
 static_assert(sizeof(GpuDesc) <= twohop::ShmLayout::kDescBytes, "descriptor block");
 
@@ -35,12 +39,16 @@ const char *kernel_name(twohop_dtype t, twohop_op op) {
     return nullptr;
 }
 
-/* IPC handle of an exportable device buffer: the allocation's base and the offset in it. */
-bool export_buffer(char *p, unsigned char handle[cuda::kIpcHandleBytes], uint64_t *off) {
+/* IPC handle of an exportable device buffer, the offset in its allocation, the allocation's
+ * address and buffer id. */
+bool export_buffer(char *p, unsigned char handle[cuda::kIpcHandleBytes], uint64_t *off,
+                   uint64_t *base, uint64_t *id) {
     cuda::PointerInfo pi;
     if (!cuda::pointer_info(p, &pi) || pi.managed) return false;
     if (!cuda::ipc_export(pi.base, handle)) return false; // e.g. stream-ordered pool memory
     *off = static_cast<uint64_t>(p - pi.base);
+    *base = reinterpret_cast<uint64_t>(pi.base);
+    *id = pi.buffer_id;
     return true;
 }
 
@@ -54,7 +62,7 @@ bool ensure_staging(GpuStaging *st, int device, uint64_t bytes) {
     if (!st->ptr) return false;
     st->bytes = want;
     st->device = device;
-    return cuda::ipc_export(st->ptr, st->handle);
+    return true;
 }
 
 /*
@@ -79,20 +87,24 @@ void describe(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &ou
     }
     *device = si.device;
     d->in_place = in.device == out.device;
-    if (!export_buffer(out.device, d->recv_handle, &d->recv_off)) {
+    d->pid = static_cast<int64_t>(getpid());
+    if (!export_buffer(out.device, d->recv_handle, &d->recv_off, &d->recv_base, &d->recv_id)) {
         if (!ensure_staging(&c->gpu_staging[1], *device, bytes)) return;
-        std::memcpy(d->recv_handle, c->gpu_staging[1].handle, cuda::kIpcHandleBytes);
-        d->recv_off = 0;
+        char *st = static_cast<char *>(c->gpu_staging[1].ptr);
+        if (!export_buffer(st, d->recv_handle, &d->recv_off, &d->recv_base, &d->recv_id)) return;
         *stage_out = true;
     }
     if (d->in_place) {
         std::memcpy(d->send_handle, d->recv_handle, cuda::kIpcHandleBytes);
         d->send_off = d->recv_off;
+        d->send_base = d->recv_base;
+        d->send_id = d->recv_id;
         *stage_in = *stage_out;
-    } else if (!export_buffer(in.device, d->send_handle, &d->send_off)) {
+    } else if (!export_buffer(in.device, d->send_handle, &d->send_off, &d->send_base,
+                              &d->send_id)) {
         if (!ensure_staging(&c->gpu_staging[0], *device, bytes)) return;
-        std::memcpy(d->send_handle, c->gpu_staging[0].handle, cuda::kIpcHandleBytes);
-        d->send_off = 0;
+        char *st = static_cast<char *>(c->gpu_staging[0].ptr);
+        if (!export_buffer(st, d->send_handle, &d->send_off, &d->send_base, &d->send_id)) return;
         *stage_in = true;
     }
     if (!cuda::pci_bus_id(*device, d->pci, sizeof(d->pci))) return;
@@ -193,8 +205,10 @@ int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_us
             sp = stage_in ? send_stage : in.device;
             rp = stage_out ? recv_stage : out.device;
         } else {
-            char *sb = static_cast<char *>(cuda::ipc_open(device, peer[l].send_handle));
-            char *rb = static_cast<char *>(cuda::ipc_open(device, peer[l].recv_handle));
+            const cuda::PeerAllocation sa{peer[l].pid, peer[l].send_base, peer[l].send_id};
+            const cuda::PeerAllocation ra{peer[l].pid, peer[l].recv_base, peer[l].recv_id};
+            char *sb = static_cast<char *>(cuda::ipc_open(device, sa, peer[l].send_handle));
+            char *rb = static_cast<char *>(cuda::ipc_open(device, ra, peer[l].recv_handle));
             if (!sb || !rb) return gpu_error(c, "opening a CUDA IPC handle of local rank", l);
             sp = sb + peer[l].send_off;
             rp = rb + peer[l].recv_off;

@@ -31,7 +31,6 @@ struct GpuStaging {
     void *ptr = nullptr;
     uint64_t bytes = 0;
     int device = -1;
-    unsigned char handle[64];
     ~GpuStaging();
 };
 

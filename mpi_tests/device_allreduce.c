@@ -166,8 +166,11 @@ static int check(bool expect_twohop) {
         one_case(K_POOL, K_POOL, MPI_INT, 4099, true, 200 + it, true);
         cases += 2;
     }
+    /* Reduce + broadcast (not MPI_Allreduce): the count must arrive even after a failed call
+     * made twohop refuse further allreduces on MPI_COMM_WORLD. */
     int total = 0;
-    MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Reduce(&failures, &total, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
+    MPI_Bcast(&total, 1, MPI_INT, 0, MPI_COMM_WORLD);
     if (rank == 0) printf("device_allreduce check: %d cases x %d ranks, %s\n", cases, size,
                           total ? "FAIL" : "OK");
     return total ? 1 : 0;

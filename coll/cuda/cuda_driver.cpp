@@ -6,6 +6,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <tuple>
 
 #ifdef TWOHOP_HAVE_CUDA
 #include <cuda.h>
@@ -30,6 +31,7 @@ struct Driver {
                               unsigned, unsigned, CUstream, void **, void **);
     CUresult (*stream_create)(CUstream *, unsigned int);
     CUresult (*mem_alloc)(CUdeviceptr *, size_t);
+    CUresult (*ipc_close_mem_handle)(CUdeviceptr);
     CUresult (*mem_free)(CUdeviceptr);
     CUresult (*pointer_get_attributes)(unsigned, CUpointer_attribute *, void **, CUdeviceptr);
     CUresult (*memcpy)(CUdeviceptr, CUdeviceptr, size_t);
@@ -90,12 +92,14 @@ void do_load() {
                sym(h, "cuLaunchKernel", &g_drv.launch_kernel) &&
                sym(h, "cuStreamCreate", &g_drv.stream_create) &&
                sym(h, "cuMemAlloc_v2", &g_drv.mem_alloc) &&
-               sym(h, "cuMemFree_v2", &g_drv.mem_free);
+               sym(h, "cuMemFree_v2", &g_drv.mem_free) &&
+               sym(h, "cuIpcCloseMemHandle", &g_drv.ipc_close_mem_handle);
     g_error_name = reinterpret_cast<CUresult (*)(CUresult, const char **)>(dlsym(h, "cuGetErrorName"));
 }
 
 /* Memory type and device ordinal of p; false when the driver does not know p. */
-bool attributes(const void *p, unsigned *type, int *ordinal, int *managed) {
+bool attributes(const void *p, unsigned *type, int *ordinal, int *managed,
+                unsigned long long *id = nullptr) {
     CUpointer_attribute a[3] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
                                 CU_POINTER_ATTRIBUTE_IS_MANAGED};
     unsigned t = 0;
@@ -104,6 +108,15 @@ bool attributes(const void *p, unsigned *type, int *ordinal, int *managed) {
     void *v[3] = {&t, &dev, &m};
     if (g_drv.pointer_get_attributes(3, a, v, reinterpret_cast<CUdeviceptr>(p)) != CUDA_SUCCESS) {
         return false;
+    }
+    if (id) {
+        CUpointer_attribute b = CU_POINTER_ATTRIBUTE_BUFFER_ID;
+        unsigned long long bid = 0;
+        void *bv = &bid;
+        if (g_drv.pointer_get_attributes(1, &b, &bv, reinterpret_cast<CUdeviceptr>(p)) != CUDA_SUCCESS) {
+            return false;
+        }
+        *id = bid;
     }
     *type = t;
     *ordinal = dev;
@@ -199,7 +212,7 @@ bool pointer_info(const void *p, PointerInfo *info) {
     if (!g_loaded) return false;
     unsigned type;
     int dev, managed;
-    if (!attributes(p, &type, &dev, &managed)) return false;
+    if (!attributes(p, &type, &dev, &managed, &info->buffer_id)) return false;
     if (!managed && type != CU_MEMORYTYPE_DEVICE) return false;
     info->device = dev;
     info->managed = managed != 0;
@@ -225,23 +238,44 @@ bool ipc_export(const void *base, unsigned char handle[kIpcHandleBytes]) {
     return true;
 }
 
-void *ipc_open(int device, const unsigned char handle[kIpcHandleBytes]) {
+void *ipc_open(int device, const PeerAllocation &a, const unsigned char handle[kIpcHandleBytes]) {
+    struct Mapping {
+        unsigned long long buffer_id;
+        CUdeviceptr local;
+    };
     static std::mutex m;
-    static std::map<std::string, void *> cache;
-    std::string key(reinterpret_cast<const char *>(handle), kIpcHandleBytes);
-    key += std::to_string(device);
+    static std::map<std::tuple<int, long long, unsigned long long>, Mapping> cache;
     std::lock_guard<std::mutex> lock(m);
+    const auto key = std::make_tuple(device, a.pid, a.base);
     auto it = cache.find(key);
-    if (it != cache.end()) return it->second;
+    if (it != cache.end() && it->second.buffer_id == a.buffer_id) {
+        return reinterpret_cast<void *>(it->second.local);
+    }
     CtxScope ctx(device);
+    if (!ctx.ok()) return nullptr;
+    if (it != cache.end()) { // the peer freed that allocation: drop the stale mapping
+        g_drv.ipc_close_mem_handle(it->second.local);
+        cache.erase(it);
+    }
     CUipcMemHandle h;
     std::memcpy(&h, handle, kIpcHandleBytes);
     CUdeviceptr p = 0;
-    if (!ctx.ok() || !ok(g_drv.ipc_open_mem_handle(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS),
-                         "cuIpcOpenMemHandle")) {
-        return nullptr;
+    CUresult r = g_drv.ipc_open_mem_handle(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+    if (r == CUDA_ERROR_ALREADY_MAPPED) {
+        // A stale mapping of this peer overlaps the new allocation at another address: close
+        // every mapping of the peer on this device and retry once.
+        for (auto i = cache.begin(); i != cache.end();) {
+            if (std::get<0>(i->first) == device && std::get<1>(i->first) == a.pid) {
+                g_drv.ipc_close_mem_handle(i->second.local);
+                i = cache.erase(i);
+            } else {
+                ++i;
+            }
+        }
+        r = g_drv.ipc_open_mem_handle(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
     }
-    cache[key] = reinterpret_cast<void *>(p);
+    if (!ok(r, "cuIpcOpenMemHandle")) return nullptr;
+    cache[key] = Mapping{a.buffer_id, p};
     return reinterpret_cast<void *>(p);
 }
 
@@ -347,7 +381,7 @@ bool is_device_memory(const void *) { return false; }
 bool copy(void *, const void *, std::size_t) { return false; }
 bool pointer_info(const void *, PointerInfo *) { return false; }
 bool ipc_export(const void *, unsigned char *) { return false; }
-void *ipc_open(int, const unsigned char *) { return nullptr; }
+void *ipc_open(int, const PeerAllocation &, const unsigned char *) { return nullptr; }
 bool pci_bus_id(int, char *, int) { return false; }
 int device_by_pci(const char *) { return -1; }
 bool can_access(int, int) { return false; }

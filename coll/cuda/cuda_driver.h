@@ -41,6 +41,7 @@ struct PointerInfo {
     bool managed = false;
     char *base = nullptr;   // start of the allocation
     std::size_t size = 0;   // its size in bytes
+    unsigned long long buffer_id = 0; // process-wide unique per allocation, never reused
 };
 
 /* Fills *info for device memory p; false for host memory or on a driver error. */
@@ -51,12 +52,20 @@ constexpr std::size_t kIpcHandleBytes = 64; // CU_IPC_HANDLE_SIZE
 /* CUDA IPC handle of the allocation starting at `base` (cudaMalloc memory; pools and managed
  * memory cannot be exported this way). */
 bool ipc_export(const void *base, unsigned char handle[kIpcHandleBytes]);
+/* Identity of a peer's exported allocation: which process, where it lives there, which one. */
+struct PeerAllocation {
+    long long pid;                  // the exporting process
+    unsigned long long base;        // the allocation's address in that process
+    unsigned long long buffer_id;   // its CU_POINTER_ATTRIBUTE_BUFFER_ID there (never reused)
+};
+
 /*
  * The local address of a peer process's allocation, opened in `device`'s primary context with
- * lazy peer access; cached per (device, handle) for the life of the process, so a handle is
- * opened once. nullptr on failure.
+ * lazy peer access. Cached per (device, pid, base): a hit with the same buffer id is reused; a
+ * new buffer id at the same address (the peer freed and re-allocated) closes the stale mapping
+ * first, so a cached mapping never outlives the allocation it shows. nullptr on failure.
  */
-void *ipc_open(int device, const unsigned char handle[kIpcHandleBytes]);
+void *ipc_open(int device, const PeerAllocation &a, const unsigned char handle[kIpcHandleBytes]);
 
 /* PCI bus id of `device` ("0000:1b:00.0"), and the ordinal of a bus id in this process
  * (-1 when that GPU is not visible here). */
