@@ -218,6 +218,16 @@ int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_us
     }
     a.nin = a.nout = L;
     a.n = sh.count * red.elems_per_item;
+    if (c->host.log) {
+        char msg[320];
+        std::snprintf(msg, sizeof(msg),
+                      "GPU path: seq %llu shard %llu+%llu, staged in %d out %d, in[0] %p out[0] %p "
+                      "in[1] %p out[1] %p", static_cast<unsigned long long>(s),
+                      static_cast<unsigned long long>(sh.offset),
+                      static_cast<unsigned long long>(sh.count), stage_in, stage_out, a.in[0],
+                      a.out[0], a.in[1], a.out[1]);
+        c->host.log(3, msg);
+    }
     if (!cuda::launch_and_wait(device, kernel_name(red.dtype, red.op), &a, sizeof(a), a.n)) {
         return gpu_error(c, "the reduction kernel failed on local rank", me);
     }

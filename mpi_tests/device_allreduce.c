@@ -98,6 +98,10 @@ static void one_case(enum kind ks, enum kind kr, MPI_Datatype t, long n, bool in
     int dev_here = kr != K_PINNED && (inplace || ks != K_PINNED), dev_all = 0;
     MPI_Allreduce(&dev_here, &dev_all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
     (void)uniform;
+    if (getenv("DEVICE_CHECK_TRACE")) {
+        fprintf(stderr, "rank %d case: send %s recv %s n=%ld inplace=%d\n", rank,
+                inplace ? "-" : kind_name[ks], kind_name[kr], n, inplace);
+    }
     struct twohop_counts c0 = twohop_pvars_read(&pv);
     MPI_Op op = t == MPI_DOUBLE ? MPI_MAX : MPI_SUM;
     int rc = MPI_Allreduce(inplace ? MPI_IN_PLACE : s, r, (int)n, t, op, MPI_COMM_WORLD);
