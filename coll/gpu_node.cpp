@@ -55,9 +55,10 @@ bool export_buffer(char *p, unsigned char handle[cuda::kIpcHandleBytes], uint64_
 /* Makes st hold at least `bytes` of twohop's own device memory on `device`, exported. */
 bool ensure_staging(GpuStaging *st, int device, uint64_t bytes) {
     if (st->ptr && st->device == device && st->bytes >= bytes) return true;
-    if (st->ptr) cuda::device_free(st->device, st->ptr);
+    if (st->ptr) st->retired.emplace_back(st->device, st->ptr);
     st->ptr = nullptr;
-    const uint64_t want = bytes + bytes / 2; // room to grow without a new export every call
+    uint64_t want = 1 << 16; // powers of two: few outgrown buffers
+    while (want < bytes) want *= 2;
     st->ptr = cuda::device_alloc(device, want);
     if (!st->ptr) return false;
     st->bytes = want;
@@ -130,6 +131,7 @@ bool gpu_node_capable() { return cuda::kernels_available(); }
 
 GpuStaging::~GpuStaging() {
     if (ptr) cuda::device_free(device, ptr);
+    for (auto &r : retired) cuda::device_free(r.first, r.second);
 }
 
 extern "C" const unsigned long long *twohop_gpu_calls_counter(void) {

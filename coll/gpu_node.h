@@ -16,6 +16,8 @@
 #define TWOHOP_GPU_NODE_H
 
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "reducer.h"
 #include "twohop_core.h"
@@ -31,6 +33,10 @@ struct GpuStaging {
     void *ptr = nullptr;
     uint64_t bytes = 0;
     int device = -1;
+    // Outgrown buffers stay allocated until the communicator is freed: peers may still hold
+    // them mapped through CUDA IPC, and freeing exported memory before every importer closed
+    // it is undefined (CUDA driver API, cuIpcOpenMemHandle).
+    std::vector<std::pair<int, void *>> retired;
     ~GpuStaging();
 };
 
