@@ -188,7 +188,7 @@ def plot(series, ranks_of, title_info, metric, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
+    from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter
 
     fig, ax = plt.subplots(figsize=(8, 5.2), dpi=110)
     sizes = []
@@ -213,6 +213,9 @@ def plot(series, ranks_of, title_info, metric, path):
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: byte_label(int(round(v)))))
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlim(minor[0] / 1.3, minor[-1] * 1.3)
+    lo, hi = ax.get_ylim()
+    if hi / lo < 1000:  # few decades: label 1-2-5 steps, not only the powers of ten
+        ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax.set_xlabel("message size")
     if metric == "latency":
