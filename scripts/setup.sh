@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Idempotent setup: installs the Debian/Ubuntu packages the build and tests need (only when one
-# is missing, and only as root), then configures (or reconfigures) and compiles the Meson build.
+# is missing, and only as root; python3-matplotlib is for scripts/plot_bench.py), then configures
+# (or reconfigures) and compiles the Meson build.
 # Environment: BUILD_DIR (default build), MESON_SETUP_ARGS (extra `meson setup` options).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 pkgs=(build-essential meson ninja-build pkg-config openmpi-bin libopenmpi-dev libucx-dev
-      libgtest-dev googletest libhwloc-dev rdma-core libibverbs-dev gawk nlohmann-json3-dev)
+      libgtest-dev googletest libhwloc-dev rdma-core libibverbs-dev gawk nlohmann-json3-dev
+      python3-matplotlib)
 build=${BUILD_DIR:-build}
 
 missing=()
