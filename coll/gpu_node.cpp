@@ -41,11 +41,11 @@ const char *kernel_name(twohop_dtype t, twohop_op op) {
 
 /* IPC handle of an exportable device buffer, the offset in its allocation, the allocation's
  * address and buffer id. */
-bool export_buffer(char *p, unsigned char handle[cuda::kIpcHandleBytes], uint64_t *off,
-                   uint64_t *base, uint64_t *id) {
-    cuda::PointerInfo pi;
-    if (!cuda::pointer_info(p, &pi) || pi.managed) return false;
-    if (!cuda::ipc_export(pi.base, handle)) return false; // e.g. stream-ordered pool memory
+bool export_buffer(char *p, const cuda::PointerInfo &pi,
+                   unsigned char handle[cuda::kIpcHandleBytes], uint64_t *off, uint64_t *base,
+                   uint64_t *id) {
+    if (pi.managed) return false;
+    if (!cuda::ipc_export(pi, handle)) return false; // e.g. stream-ordered pool memory
     *off = static_cast<uint64_t>(p - pi.base);
     *base = reinterpret_cast<uint64_t>(pi.base);
     *id = pi.buffer_id;
@@ -89,10 +89,15 @@ void describe(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &ou
     *device = si.device;
     d->in_place = in.device == out.device;
     d->pid = static_cast<int64_t>(getpid());
-    if (!export_buffer(out.device, d->recv_handle, &d->recv_off, &d->recv_base, &d->recv_id)) {
+    cuda::PointerInfo sti;
+    if (!export_buffer(out.device, ri, d->recv_handle, &d->recv_off, &d->recv_base,
+                       &d->recv_id)) {
         if (!ensure_staging(&c->gpu_staging[1], *device, bytes)) return;
         char *st = static_cast<char *>(c->gpu_staging[1].ptr);
-        if (!export_buffer(st, d->recv_handle, &d->recv_off, &d->recv_base, &d->recv_id)) return;
+        if (!cuda::pointer_info(st, &sti) ||
+            !export_buffer(st, sti, d->recv_handle, &d->recv_off, &d->recv_base, &d->recv_id)) {
+            return;
+        }
         *stage_out = true;
     }
     if (d->in_place) {
@@ -101,11 +106,14 @@ void describe(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &ou
         d->send_base = d->recv_base;
         d->send_id = d->recv_id;
         *stage_in = *stage_out;
-    } else if (!export_buffer(in.device, d->send_handle, &d->send_off, &d->send_base,
+    } else if (!export_buffer(in.device, si, d->send_handle, &d->send_off, &d->send_base,
                               &d->send_id)) {
         if (!ensure_staging(&c->gpu_staging[0], *device, bytes)) return;
         char *st = static_cast<char *>(c->gpu_staging[0].ptr);
-        if (!export_buffer(st, d->send_handle, &d->send_off, &d->send_base, &d->send_id)) return;
+        if (!cuda::pointer_info(st, &sti) ||
+            !export_buffer(st, sti, d->send_handle, &d->send_off, &d->send_base, &d->send_id)) {
+            return;
+        }
         *stage_in = true;
     }
     if (!cuda::pci_bus_id(*device, d->pci, sizeof(d->pci))) return;

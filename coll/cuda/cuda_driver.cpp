@@ -100,24 +100,18 @@ void do_load() {
 /* Memory type and device ordinal of p; false when the driver does not know p. */
 bool attributes(const void *p, unsigned *type, int *ordinal, int *managed,
                 unsigned long long *id = nullptr) {
-    CUpointer_attribute a[3] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-                                CU_POINTER_ATTRIBUTE_IS_MANAGED};
+    CUpointer_attribute a[4] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                CU_POINTER_ATTRIBUTE_IS_MANAGED, CU_POINTER_ATTRIBUTE_BUFFER_ID};
     unsigned t = 0;
     int dev = -1;
     unsigned m = 0;
-    void *v[3] = {&t, &dev, &m};
-    if (g_drv.pointer_get_attributes(3, a, v, reinterpret_cast<CUdeviceptr>(p)) != CUDA_SUCCESS) {
+    unsigned long long bid = 0;
+    void *v[4] = {&t, &dev, &m, &bid};
+    if (g_drv.pointer_get_attributes(id ? 4 : 3, a, v, reinterpret_cast<CUdeviceptr>(p)) !=
+        CUDA_SUCCESS) {
         return false;
     }
-    if (id) {
-        CUpointer_attribute b = CU_POINTER_ATTRIBUTE_BUFFER_ID;
-        unsigned long long bid = 0;
-        void *bv = &bid;
-        if (g_drv.pointer_get_attributes(1, &b, &bv, reinterpret_cast<CUdeviceptr>(p)) != CUDA_SUCCESS) {
-            return false;
-        }
-        *id = bid;
-    }
+    if (id) *id = bid;
     *type = t;
     *ordinal = dev;
     *managed = m != 0;
@@ -208,6 +202,20 @@ class CtxScope {
     bool ok_ = false, pushed_ = false;
 };
 
+/*
+ * What twohop learnt about an allocation, by buffer id (ids are never reused, so an entry never
+ * goes stale; the table is cleared when it grows past kMaxAllocations).
+ */
+struct AllocationInfo {
+    char *base;
+    size_t size;
+    bool exported, export_failed;
+    unsigned char handle[kIpcHandleBytes];
+};
+constexpr size_t kMaxAllocations = 4096;
+std::mutex g_alloc_mutex;
+std::map<unsigned long long, AllocationInfo> g_allocs;
+
 bool pointer_info(const void *p, PointerInfo *info) {
     if (!g_loaded) return false;
     unsigned type;
@@ -216,6 +224,15 @@ bool pointer_info(const void *p, PointerInfo *info) {
     if (!managed && type != CU_MEMORYTYPE_DEVICE) return false;
     info->device = dev;
     info->managed = managed != 0;
+    {
+        std::lock_guard<std::mutex> lock(g_alloc_mutex);
+        auto it = g_allocs.find(info->buffer_id);
+        if (it != g_allocs.end()) {
+            info->base = it->second.base;
+            info->size = it->second.size;
+            return true;
+        }
+    }
     CtxScope ctx(dev);
     CUdeviceptr base = 0;
     size_t size = 0;
@@ -225,7 +242,34 @@ bool pointer_info(const void *p, PointerInfo *info) {
     }
     info->base = reinterpret_cast<char *>(base);
     info->size = size;
+    std::lock_guard<std::mutex> lock(g_alloc_mutex);
+    if (g_allocs.size() >= kMaxAllocations) g_allocs.clear();
+    AllocationInfo ai{};
+    ai.base = info->base;
+    ai.size = size;
+    g_allocs[info->buffer_id] = ai;
     return true;
+}
+
+bool ipc_export(const PointerInfo &info, unsigned char handle[kIpcHandleBytes]) {
+    {
+        std::lock_guard<std::mutex> lock(g_alloc_mutex);
+        auto it = g_allocs.find(info.buffer_id);
+        if (it != g_allocs.end() && it->second.exported) {
+            std::memcpy(handle, it->second.handle, kIpcHandleBytes);
+            return true;
+        }
+        if (it != g_allocs.end() && it->second.export_failed) return false;
+    }
+    const bool done = ipc_export(info.base, handle);
+    std::lock_guard<std::mutex> lock(g_alloc_mutex);
+    auto it = g_allocs.find(info.buffer_id);
+    if (it != g_allocs.end()) {
+        it->second.exported = done;
+        it->second.export_failed = !done;
+        if (done) std::memcpy(it->second.handle, handle, kIpcHandleBytes);
+    }
+    return done;
 }
 
 bool ipc_export(const void *base, unsigned char handle[kIpcHandleBytes]) {
@@ -381,6 +425,7 @@ bool is_device_memory(const void *) { return false; }
 bool copy(void *, const void *, std::size_t) { return false; }
 bool pointer_info(const void *, PointerInfo *) { return false; }
 bool ipc_export(const void *, unsigned char *) { return false; }
+bool ipc_export(const PointerInfo &, unsigned char *) { return false; }
 void *ipc_open(int, const PeerAllocation &, const unsigned char *) { return nullptr; }
 bool pci_bus_id(int, char *, int) { return false; }
 int device_by_pci(const char *) { return -1; }

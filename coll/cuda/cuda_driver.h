@@ -52,6 +52,9 @@ constexpr std::size_t kIpcHandleBytes = 64; // CU_IPC_HANDLE_SIZE
 /* CUDA IPC handle of the allocation starting at `base` (cudaMalloc memory; pools and managed
  * memory cannot be exported this way). */
 bool ipc_export(const void *base, unsigned char handle[kIpcHandleBytes]);
+/* The same for the allocation `info` describes, exported once per allocation (cached by
+ * buffer id, as is the allocation's range: pointer_info then costs one driver call). */
+bool ipc_export(const PointerInfo &info, unsigned char handle[kIpcHandleBytes]);
 /* Identity of a peer's exported allocation: which process, where it lives there, which one. */
 struct PeerAllocation {
     long long pid;                  // the exporting process
