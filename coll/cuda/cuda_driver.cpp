@@ -323,22 +323,49 @@ void *ipc_open(int device, const PeerAllocation &a, const unsigned char handle[k
     return reinterpret_cast<void *>(p);
 }
 
+// Device identities and peer access do not change while the process runs: cached.
+std::mutex g_dev_mutex;
+std::map<int, std::string> g_pci_of;
+std::map<std::string, int> g_dev_of;
+std::map<std::pair<int, int>, bool> g_access;
+
 bool pci_bus_id(int device, char *buf, int len) {
-    CUdevice d;
-    return g_drv.device_get(&d, device) == CUDA_SUCCESS &&
-           g_drv.device_get_pci_bus_id(buf, len, d) == CUDA_SUCCESS;
+    std::lock_guard<std::mutex> lock(g_dev_mutex);
+    auto it = g_pci_of.find(device);
+    if (it == g_pci_of.end()) {
+        CUdevice d;
+        char id[64] = "";
+        if (g_drv.device_get(&d, device) != CUDA_SUCCESS ||
+            g_drv.device_get_pci_bus_id(id, sizeof(id), d) != CUDA_SUCCESS) {
+            return false;
+        }
+        it = g_pci_of.emplace(device, id).first;
+    }
+    std::snprintf(buf, static_cast<size_t>(len), "%s", it->second.c_str());
+    return true;
 }
 
 int device_by_pci(const char *bus_id) {
+    std::lock_guard<std::mutex> lock(g_dev_mutex);
+    auto it = g_dev_of.find(bus_id);
+    if (it != g_dev_of.end()) return it->second;
     CUdevice d;
-    if (g_drv.device_get_by_pci_bus_id(&d, bus_id) != CUDA_SUCCESS) return -1;
-    return static_cast<int>(d); // CUdevice is the ordinal
+    const int dev = g_drv.device_get_by_pci_bus_id(&d, bus_id) == CUDA_SUCCESS
+                        ? static_cast<int>(d) // CUdevice is the ordinal
+                        : -1;
+    g_dev_of.emplace(bus_id, dev);
+    return dev;
 }
 
 bool can_access(int device, int peer) {
     if (device == peer) return true;
+    std::lock_guard<std::mutex> lock(g_dev_mutex);
+    auto it = g_access.find({device, peer});
+    if (it != g_access.end()) return it->second;
     int ok = 0;
-    return g_drv.device_can_access_peer(&ok, device, peer) == CUDA_SUCCESS && ok;
+    const bool yes = g_drv.device_can_access_peer(&ok, device, peer) == CUDA_SUCCESS && ok;
+    g_access.emplace(std::make_pair(device, peer), yes);
+    return yes;
 }
 
 #ifdef TWOHOP_HAVE_GPU_KERNELS
