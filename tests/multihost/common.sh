@@ -25,7 +25,9 @@ mh_init() {
 # Tear-down: kills what is left in the nodes, removes namespaces, relay, mounts and the log.
 mh_cleanup() {
     local rc=$?
-    "$MH_DIR/cluster.sh" down 2>&1 | grep -v '^impair_relay' || true
+    # In its own session: Meson's timeout sends SIGTERM and, 0.5 s later, SIGKILL to the whole
+    # process group; the tear-down must outlive that.
+    setsid "$MH_DIR/cluster.sh" down 2>&1 | grep -v '^impair_relay' || true
     rm -f "$MH_LOG"
     echo "scenario time: $(mh_elapsed) s"
     exit "$rc"
