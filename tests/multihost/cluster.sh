@@ -37,7 +37,7 @@ reach() {
 
 up() {
     [[ -x ${IMPAIR_RELAY:-} ]] || die "IMPAIR_RELAY must name the impair_relay binary"
-    [[ -e /run/netns/$SW ]] && down
+    down 2>/dev/null # whatever a killed earlier run left behind
     set -e
     mkdir -p "$ROOT"
     mount -t tmpfs -o size=4g,mode=0755 thmh "$ROOT"
