@@ -61,6 +61,11 @@ int twohop_comm::poll() {
     }
     host.progress();
     if (rc != TWOHOP_OK) return rc;
+    // A rank on another node gave up and told its rail neighbours (us).
+    if (aborts && aborts->posted && aborts->recv.done.load(std::memory_order_acquire) &&
+        aborts->recv.status == UCS_OK) {
+        return TWOHOP_ERR_PEER;
+    }
     // A local peer that failed its part of the call told us through the control block.
     for (int i = 0; i < topo.local_size(); ++i) {
         if (i != topo.local_rank && shm.flags(i).failed.load(std::memory_order_acquire)) {
@@ -113,9 +118,32 @@ int twohop_comm::wait_all(std::atomic<uint64_t> RankFlags::*which, uint64_t targ
     return TWOHOP_OK;
 }
 
+int twohop_comm::post_abort_recv() {
+    aborts.reset(new AbortMessages());
+    aborts->sends.resize(2 * rails.size());
+    aborts->posted = true;
+    return worker->recv(&aborts->in, sizeof(aborts->in), abort_tag(), &aborts->recv);
+}
+
 void twohop_comm::fail(int status, const std::string &why) {
     for (auto &r : rings) {
         if (r.active() && !r.cancel(1.0)) quarantined = true;
+    }
+    // Tell the rail neighbours on other nodes (best effort, not waited for; the requests are
+    // drained when the communicator is freed).
+    if (worker && aborts && poisoned == TWOHOP_OK) {
+        AbortMessages &a = *aborts;
+        a.out = static_cast<uint64_t>(status);
+        for (size_t i = 0; i < rails.size() && 2 * i + 1 < a.sends.size(); ++i) {
+            const twohop::ucx::Endpoint *to[2] = {rails[i].right, rails[i].left};
+            for (int k = 0; k < 2; ++k) {
+                if (!to[k]->failed.load(std::memory_order_acquire)) {
+                    (void)worker->send(to[k]->ep, &a.out, sizeof(a.out), abort_tag(),
+                                       &a.sends[2 * i + k]);
+                }
+            }
+        }
+        worker->progress();
     }
     shm.flags(topo.local_rank).failed.store(static_cast<uint64_t>(status),
                                              std::memory_order_release);

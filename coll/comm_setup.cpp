@@ -182,7 +182,7 @@ int connect_rails(twohop_comm *c, twohop::Exchange &ex, const std::vector<RankIn
     }
     c->rings.resize(c->depth * c->rails.size());
     c->scratch.resize(c->depth * c->rails.size() * c->slot_bytes);
-    return TWOHOP_OK;
+    return c->post_abort_recv();
 }
 
 /* Removes, once per process, segments left in /dev/shm by dead twohop leaders. */
@@ -207,6 +207,15 @@ twohop_comm::~twohop_comm() {
     for (auto &r : rings) {
         if (r.active() && !r.cancel(1.0)) quarantined = true;
     }
+    bool aborts_busy = false;
+    if (worker && aborts) {
+        // The abort receive is pending for the communicator's life; abort sends may be too.
+        if (aborts->posted && !worker->cancel(&aborts->recv, 1.0)) aborts_busy = true;
+        for (auto &r : aborts->sends) {
+            if (!worker->cancel(&r, 1.0)) aborts_busy = true;
+        }
+    }
+    if (aborts_busy) (void)aborts.release(); // UCX still owns them: never freed
     if (quarantined) {
         // UCX may still write into these: keep them alive for the rest of the process.
         new std::vector<twohop::RingOp>(std::move(rings));

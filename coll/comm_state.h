@@ -35,12 +35,13 @@ struct twohop_rail {
 
 /*
  * Hop-2 tag layout (64 bits): comm id (22) | segment seq mod 2^16 (16) | shard (12) | step (14).
- * Bounds checked at set-up: shards <= 4096, nodes <= 8192 (2(n-1) ring steps < 2^14).
+ * Bounds checked at set-up: shards <= 4095, nodes <= 8192 (2(n-1) ring steps < 2^14). Shard
+ * field 4095 is reserved for the communicator's abort message (abort_tag).
  */
 constexpr int kTagShardBits = 12;
 constexpr int kTagStepBits = 14;
 constexpr int kTagSeqBits = 16;
-constexpr int kMaxShards = 1 << kTagShardBits;
+constexpr int kMaxShards = (1 << kTagShardBits) - 1;
 constexpr int kMaxNodes = 1 << (kTagStepBits - 1);
 
 struct twohop_comm {
@@ -76,6 +77,17 @@ struct twohop_comm {
     double timeout_s = 0;                  // coll_twohop_timeout (0 = none)
     std::vector<int64_t> local_pids;       // [local rank] pid, or 0 when not checkable
     std::chrono::steady_clock::time_point next_liveness{};
+    // Abort messages between rail neighbours (>1 node): a rank whose call failed tells its
+    // neighbours, which fail too and tell theirs, so no rank of the communicator waits forever
+    // for one that gave up. One receive is posted for the communicator's life.
+    struct AbortMessages {
+        twohop::ucx::Request recv;
+        uint64_t in = 0;
+        std::vector<twohop::ucx::Request> sends; // 2 per rail (right, left)
+        uint64_t out = 0;
+        bool posted = false;
+    };
+    std::unique_ptr<AbortMessages> aborts;   // heap: leaked, not freed, if UCX keeps it
 
     ~twohop_comm();
 
@@ -85,6 +97,13 @@ struct twohop_comm {
                ((s & ((uint64_t(1) << kTagSeqBits) - 1)) << (kTagShardBits + kTagStepBits)) |
                (uint64_t(shard) << kTagStepBits);
     }
+    /* Tag of the communicator's abort message (shard field 4095, never a real shard). */
+    uint64_t abort_tag() const {
+        return (uint64_t(comm_id) << (kTagSeqBits + kTagShardBits + kTagStepBits)) |
+               (uint64_t(kMaxShards) << kTagStepBits);
+    }
+    /* Posts the abort receive (set-up, >1 node). */
+    int post_abort_recv();
     char *ring_scratch(int set, size_t i) {
         return scratch.data() + (set * rails.size() + i) * slot_bytes;
     }

@@ -241,6 +241,16 @@ TEST(CommIds, OverlappingGroupsConcurrently) {
     }
 }
 
+TEST(CommIds, FreedIdIsNotReusedAtOnce) {
+    twohop::CommIdRegistry reg;
+    EXPECT_EQ(reg.reserve_from(0), 0u);
+    reg.release(0);
+    EXPECT_EQ(reg.reserve_from(0), 1u); // not 0: a message for the freed one may be in flight
+    reg.reserve_exact(twohop::kMaxCommIds - 1);
+    reg.release(1);
+    EXPECT_EQ(reg.reserve_from(0), 0u); // top of the space taken: wraps to the smallest free
+}
+
 TEST(CommIds, ExhaustedIsNoMemoryEverywhere) {
     twohop::CommIdRegistry full, empty;
     for (uint32_t i = 0; i < 64; ++i) full.reserve_exact(twohop::kMaxCommIds - 1 - i);

@@ -135,6 +135,22 @@ void Worker::shutdown() {
 }
 
 Worker::~Worker() {
+    // Consume messages nobody will receive any more (a peer's abort notice that arrived after
+    // the communicator was freed): UCX would otherwise warn about each at cleanup.
+    for (int i = 0; worker_ && i < 10000; ++i) {
+        ucp_worker_progress(worker_);
+        ucp_tag_recv_info_t info;
+        ucp_tag_message_h msg = ucp_tag_probe_nb(worker_, 0, 0, 1, &info);
+        if (msg == nullptr) break;
+        std::vector<char> sink(info.length + 1);
+        ucp_request_param_t p;
+        std::memset(&p, 0, sizeof(p));
+        ucs_status_ptr_t req = ucp_tag_msg_recv_nbx(worker_, sink.data(), info.length, msg, &p);
+        if (UCS_PTR_IS_PTR(req)) {
+            while (ucp_request_check_status(req) == UCS_INPROGRESS) ucp_worker_progress(worker_);
+            ucp_request_free(req);
+        }
+    }
     // Force-close: at finalize no operation is outstanding, and a flush would wait on peers
     // that may already be gone.
     for (auto &kv : eps_) {

@@ -2,22 +2,31 @@
 
 namespace twohop {
 
-uint32_t CommIdRegistry::reserve_from(uint64_t floor) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (floor >= kMaxCommIds) return kMaxCommIds;
-    uint64_t id = floor;
-    for (auto it = used_.lower_bound(static_cast<uint32_t>(floor));
+uint32_t CommIdRegistry::smallest_free(uint64_t from) const {
+    uint64_t id = from;
+    for (auto it = used_.lower_bound(static_cast<uint32_t>(from));
          id < kMaxCommIds && it != used_.end() && *it == id; ++it) {
         ++id;
     }
+    return id < kMaxCommIds ? static_cast<uint32_t>(id) : kMaxCommIds;
+}
+
+uint32_t CommIdRegistry::reserve_from(uint64_t floor) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (floor >= kMaxCommIds) return kMaxCommIds;
+    uint32_t id = smallest_free(floor > next_ ? floor : next_);
+    if (id >= kMaxCommIds) id = smallest_free(floor); // wrap around
     if (id >= kMaxCommIds) return kMaxCommIds;
-    used_.insert(static_cast<uint32_t>(id));
-    return static_cast<uint32_t>(id);
+    used_.insert(id);
+    next_ = uint64_t(id) + 1;
+    return id;
 }
 
 bool CommIdRegistry::reserve_exact(uint32_t id) {
     std::lock_guard<std::mutex> lock(mutex_);
-    return used_.insert(id).second;
+    if (!used_.insert(id).second) return false;
+    if (uint64_t(id) + 1 > next_) next_ = uint64_t(id) + 1;
+    return true;
 }
 
 void CommIdRegistry::release(uint32_t id) {

@@ -30,10 +30,17 @@ namespace twohop {
 constexpr uint32_t kCommIdBits = 22;
 constexpr uint32_t kMaxCommIds = uint32_t(1) << kCommIdBits;
 
-/* The ids one process's live communicators hold. Thread-safe. */
+/*
+ * The ids one process's live communicators hold. Thread-safe. New ids are proposed above the
+ * last one handed out (wrapping to 0 only when the top of the id space is taken), so a freshly
+ * created communicator does not reuse the id of one just freed: messages still in flight for
+ * the old one (a failed call's abort, an interrupted ring) can never match the new one's.
+ */
 class CommIdRegistry {
   public:
-    /* Reserves the smallest free id >= floor; kMaxCommIds when none is left. */
+    /* Reserves the smallest free id >= max(floor, the next id after the last reserved); wraps
+     * around to the smallest free id >= floor when there is none above. kMaxCommIds when the
+     * space is full. */
     uint32_t reserve_from(uint64_t floor);
     /* Reserves exactly `id`; false when another communicator holds it. */
     bool reserve_exact(uint32_t id);
@@ -41,8 +48,10 @@ class CommIdRegistry {
     std::size_t size();
 
   private:
+    uint32_t smallest_free(uint64_t from) const;
     std::mutex mutex_;
     std::set<uint32_t> used_;
+    uint64_t next_ = 0;
 };
 
 /* The registry of this process. */
