@@ -21,11 +21,12 @@ struct GpuDesc {
     uint32_t can;       // device buffers, kernel, handles: this rank can take the GPU path
     uint32_t in_place;
     char pci[32];       // PCI bus id of the buffers' GPU
-    unsigned char send_handle[cuda::kIpcHandleBytes];
-    unsigned char recv_handle[cuda::kIpcHandleBytes];
-    uint64_t send_off, recv_off; // byte offsets of the buffers in their allocations
-    uint64_t send_base, recv_base; // the allocations' addresses in the publishing process
-    uint64_t send_id, recv_id;     // their buffer ids there (a new id = a new allocation)
+    struct Buffer {
+        unsigned char handle[cuda::kIpcHandleBytes];
+        uint64_t off;  // byte offset of the buffer in its allocation
+        uint64_t base; // the allocation's address in the publishing process
+        uint64_t id;   // its buffer id there (a new id = a new allocation)
+    } send, recv;
     int64_t pid;
 };
 static_assert(sizeof(GpuDesc) <= twohop::ShmLayout::kDescBytes, "descriptor block");
@@ -39,16 +40,13 @@ const char *kernel_name(twohop_dtype t, twohop_op op) {
     return nullptr;
 }
 
-/* IPC handle of an exportable device buffer, the offset in its allocation, the allocation's
- * address and buffer id. */
-bool export_buffer(char *p, const cuda::PointerInfo &pi,
-                   unsigned char handle[cuda::kIpcHandleBytes], uint64_t *off, uint64_t *base,
-                   uint64_t *id) {
+/* Describes an exportable device buffer p (its allocation `pi`) for the peers. */
+bool export_buffer(char *p, const cuda::PointerInfo &pi, GpuDesc::Buffer *b) {
     if (pi.managed) return false;
-    if (!cuda::ipc_export(pi, handle)) return false; // e.g. stream-ordered pool memory
-    *off = static_cast<uint64_t>(p - pi.base);
-    *base = reinterpret_cast<uint64_t>(pi.base);
-    *id = pi.buffer_id;
+    if (!cuda::ipc_export(pi, b->handle)) return false; // e.g. stream-ordered pool memory
+    b->off = static_cast<uint64_t>(p - pi.base);
+    b->base = reinterpret_cast<uint64_t>(pi.base);
+    b->id = pi.buffer_id;
     return true;
 }
 
@@ -64,6 +62,20 @@ bool ensure_staging(GpuStaging *st, int device, uint64_t bytes) {
     st->bytes = want;
     st->device = device;
     return true;
+}
+
+/*
+ * Describes buffer p (allocation pi) for the peers, or, when it cannot be exported, twohop's
+ * staging buffer `which` (0 input, 1 output) instead, with *staged set. False on failure.
+ */
+bool publish(twohop_comm *c, char *p, const cuda::PointerInfo &pi, int which, int device,
+             uint64_t bytes, GpuDesc::Buffer *b, bool *staged) {
+    if (export_buffer(p, pi, b)) return true;
+    if (!ensure_staging(&c->gpu_staging[which], device, bytes)) return false;
+    char *st = static_cast<char *>(c->gpu_staging[which].ptr);
+    cuda::PointerInfo sti;
+    *staged = true;
+    return cuda::pointer_info(st, &sti) && export_buffer(st, sti, b);
 }
 
 /*
@@ -89,32 +101,12 @@ void describe(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &ou
     *device = si.device;
     d->in_place = in.device == out.device;
     d->pid = static_cast<int64_t>(getpid());
-    cuda::PointerInfo sti;
-    if (!export_buffer(out.device, ri, d->recv_handle, &d->recv_off, &d->recv_base,
-                       &d->recv_id)) {
-        if (!ensure_staging(&c->gpu_staging[1], *device, bytes)) return;
-        char *st = static_cast<char *>(c->gpu_staging[1].ptr);
-        if (!cuda::pointer_info(st, &sti) ||
-            !export_buffer(st, sti, d->recv_handle, &d->recv_off, &d->recv_base, &d->recv_id)) {
-            return;
-        }
-        *stage_out = true;
-    }
+    if (!publish(c, out.device, ri, 1, *device, bytes, &d->recv, stage_out)) return;
     if (d->in_place) {
-        std::memcpy(d->send_handle, d->recv_handle, cuda::kIpcHandleBytes);
-        d->send_off = d->recv_off;
-        d->send_base = d->recv_base;
-        d->send_id = d->recv_id;
+        d->send = d->recv;
         *stage_in = *stage_out;
-    } else if (!export_buffer(in.device, si, d->send_handle, &d->send_off, &d->send_base,
-                              &d->send_id)) {
-        if (!ensure_staging(&c->gpu_staging[0], *device, bytes)) return;
-        char *st = static_cast<char *>(c->gpu_staging[0].ptr);
-        if (!cuda::pointer_info(st, &sti) ||
-            !export_buffer(st, sti, d->send_handle, &d->send_off, &d->send_base, &d->send_id)) {
-            return;
-        }
-        *stage_in = true;
+    } else if (!publish(c, in.device, si, 0, *device, bytes, &d->send, stage_in)) {
+        return;
     }
     if (!cuda::pci_bus_id(*device, d->pci, sizeof(d->pci))) return;
     d->can = 1;
@@ -215,13 +207,14 @@ int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_us
             sp = stage_in ? send_stage : in.device;
             rp = stage_out ? recv_stage : out.device;
         } else {
-            const cuda::PeerAllocation sa{peer[l].pid, peer[l].send_base, peer[l].send_id};
-            const cuda::PeerAllocation ra{peer[l].pid, peer[l].recv_base, peer[l].recv_id};
-            char *sb = static_cast<char *>(cuda::ipc_open(device, sa, peer[l].send_handle));
-            char *rb = static_cast<char *>(cuda::ipc_open(device, ra, peer[l].recv_handle));
+            const GpuDesc::Buffer &ps = peer[l].send, &pr = peer[l].recv;
+            const cuda::PeerAllocation sa{peer[l].pid, ps.base, ps.id};
+            const cuda::PeerAllocation ra{peer[l].pid, pr.base, pr.id};
+            char *sb = static_cast<char *>(cuda::ipc_open(device, sa, ps.handle));
+            char *rb = static_cast<char *>(cuda::ipc_open(device, ra, pr.handle));
             if (!sb || !rb) return gpu_error(c, "opening a CUDA IPC handle of local rank", l);
-            sp = sb + peer[l].send_off;
-            rp = rb + peer[l].recv_off;
+            sp = sb + ps.off;
+            rp = rb + pr.off;
         }
         a.in[l] = sp + sh.offset * ib;
         a.out[l] = rp + sh.offset * ib;
