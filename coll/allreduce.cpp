@@ -314,11 +314,13 @@ int pipeline_start(twohop_comm *c, const twohop_userbuf &in, uint64_t word,
     int rc = f.s > uint64_t(c->depth) ? c->wait_all(kDone, f.s - c->depth) : TWOHOP_OK;
     if (rc != TWOHOP_OK) return rc;
     // Copy in the shards other ranks reduce; my own shards are read from the input directly
-    // when its layout is the canonical one (else they are copied too).
+    // when its layout is the canonical one (else they are copied too). With hop 1 on the GPU
+    // the owners' kernels read every input where it is: nothing to copy.
     const uint64_t shards = static_cast<uint64_t>(c->topo.n_shards());
     const uint64_t seg_off = f.seg.offset * ib;
+    const bool gpu = c->gpu_hop1.active;
     char *my_slot = c->shm.slot(set, me);
-    for (uint64_t sh = 0; sh < shards; ++sh) {
+    for (uint64_t sh = 0; sh < shards && !gpu; ++sh) {
         if (in.direct && c->topo.shard_owner(c->topo.my_node, static_cast<int>(sh)) == me) {
             continue;
         }
@@ -335,8 +337,9 @@ int pipeline_start(twohop_comm *c, const twohop_userbuf &in, uint64_t word,
         const Range r = twohop::split_even(f.seg.count, shards, static_cast<uint64_t>(sh));
         char *out = c->shm.result(set) + r.offset * ib;
         const char *own = in.direct ? in.direct + seg_off + r.offset * ib : nullptr;
-        rc = reduce_slots(c, set, r.offset * ib, r.count, out, red, own,
-                          c->topo.shard_owner(c->topo.my_node, sh));
+        rc = gpu ? gpu_hop1_shard(c, seg_off + r.offset * ib, r.count, out, red.raw())
+                 : reduce_slots(c, set, r.offset * ib, r.count, out, red, own,
+                                c->topo.shard_owner(c->topo.my_node, sh));
         if (rc != TWOHOP_OK) return rc;
         if (c->rails.empty() || r.count == 0) continue;
         const twohop_rail &rail = c->rails[i];
@@ -437,8 +440,15 @@ extern "C" int twohop_comm_allreduce(twohop_comm *c, const twohop_userbuf *in,
     }
     if (count == 0) return TWOHOP_OK;
     const Reducer reducer(*red);
+    // The path must be the same on every rank: scale by the largest node's rank count (the
+    // shard count), not by this node's.
+    const uint64_t bytes = count * red->item_bytes;
+    const bool latency = bytes <= c->slot_bytes &&
+                         bytes * static_cast<uint64_t>(c->topo.n_shards()) <= c->small_bytes;
     int rc;
-    if (c->gpu_round) {
+    // GPU rounds: on one node the whole call can run on the GPU; with several nodes hop 1 of
+    // the pipeline can (the latency path stays on the host).
+    if (c->gpu_round && (c->topo.n_nodes() == 1 || !latency)) {
         bool taken = false;
         rc = gpu_node_allreduce(c, *in, *out, count, *red, &taken);
         if (rc != TWOHOP_OK || taken) {
@@ -449,14 +459,12 @@ extern "C" int twohop_comm_allreduce(twohop_comm *c, const twohop_userbuf *in,
             return rc;
         }
     }
-    // The path must be the same on every rank: scale by the largest node's rank count (the
-    // shard count), not by this node's.
-    const uint64_t bytes = count * red->item_bytes;
-    if (bytes <= c->slot_bytes &&
-        bytes * static_cast<uint64_t>(c->topo.n_shards()) <= c->small_bytes) {
+    if (latency) {
         rc = latency_path(c, *in, *out, count, reducer);
     } else {
         rc = pipeline_path(c, *in, *out, count, reducer);
+        if (c->gpu_hop1.active && rc == TWOHOP_OK) gpu_hop1_done();
+        c->gpu_hop1.active = false;
     }
     if (rc != TWOHOP_OK) {
         c->fail(rc, describe(rc));

@@ -312,7 +312,9 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
     c->small_bytes = prm.small_msg_bytes;
     c->stream_bytes = prm.stream_copy_bytes;
     c->my_shards = c->topo.my_shards();
-    c->gpu_round = c->topo.n_nodes() == 1 && c->topo.local_size() <= TWOHOP_GPU_MAX_RANKS;
+    // (n_shards is the largest node's rank count: the same on every rank, so every node runs
+    // the rounds, and consumes their sequence number, alike.)
+    c->gpu_round = c->topo.n_shards() <= TWOHOP_GPU_MAX_RANKS;
     for (int r = 0; r < a->size; ++r) c->gpu_round = c->gpu_round && info[r].gpu;
     // Local peers whose liveness can be checked: same pid namespace as mine.
     for (int r : c->topo.node_ranks[c->topo.my_node]) {

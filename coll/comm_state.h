@@ -59,9 +59,10 @@ struct twohop_comm {
     std::vector<int> my_shards;
     const twohop::MemOps *mem = &twohop::mem_ops(twohop::MemoryKind::Host); // user buffers
 
-    bool gpu_round = false;        // run the GPU path's decision rounds (gpu_node.h): one node,
-                                   // every rank has the driver and kernels (agreed at set-up)
+    bool gpu_round = false;        // run the GPU path's decision rounds (gpu_node.h): every
+                                   // rank has the driver and kernels (agreed at set-up)
     GpuStaging gpu_staging[2];     // [0] input, [1] output, for buffers IPC cannot share
+    GpuHop1 gpu_hop1;              // >1 node: hop 1 on the GPU for this call
     bool gpu_decline_logged = false; // "a peer GPU is out of reach" said once (verbose 1)
 
     twohop::ucx::Worker *worker = nullptr; // non-null only with more than one node

@@ -109,6 +109,21 @@ void describe(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &ou
         return;
     }
     if (!cuda::pci_bus_id(*device, d->pci, sizeof(d->pci))) return;
+    if (c->topo.n_nodes() > 1) { // hop 1 writes into the registered shared-memory segment
+        GpuHop1 &h = c->gpu_hop1;
+        char *base = c->shm.desc(0) - c->shm.layout().desc_offset(0);
+        if (h.reg_device != *device) {
+            if (h.shm_host) cuda::host_unregister(h.reg_device, h.shm_host);
+            h.shm_host = base;
+            h.reg_bytes = c->shm.layout().total_bytes();
+            h.shm_dev = static_cast<char *>(cuda::host_register(*device, base, h.reg_bytes));
+            h.reg_device = h.shm_dev ? *device : -1;
+            if (!h.shm_dev) {
+                h.shm_host = nullptr;
+                return;
+            }
+        }
+    }
     d->can = 1;
 }
 
@@ -125,9 +140,37 @@ int gpu_error(twohop_comm *c, const char *what, int rank) {
 
 namespace {
 std::atomic<unsigned long long> g_gpu_calls{0};
+std::atomic<unsigned long long> g_hop1_calls{0};
 } // namespace
 
+extern "C" const unsigned long long *twohop_gpu_hop1_calls_counter(void) {
+    return reinterpret_cast<const unsigned long long *>(&g_hop1_calls);
+}
+
+void gpu_hop1_done() { g_hop1_calls.fetch_add(1, std::memory_order_relaxed); }
+
 bool gpu_node_capable() { return cuda::kernels_available(); }
+
+GpuHop1::~GpuHop1() {
+    if (shm_host) cuda::host_unregister(reg_device, shm_host);
+}
+
+int gpu_hop1_shard(twohop_comm *c, uint64_t off, uint64_t items, char *result,
+                   const twohop_reduction &red) {
+    GpuHop1 &h = c->gpu_hop1;
+    twohop_gpu_args a;
+    std::memset(&a, 0, sizeof(a));
+    const int L = c->topo.local_size();
+    for (int l = 0; l < L; ++l) a.in[l] = h.in[l] + off;
+    a.out[0] = h.shm_dev + (result - h.shm_host);
+    a.nin = L;
+    a.nout = 1;
+    a.n = items * red.elems_per_item;
+    if (!cuda::launch_and_wait(h.device, kernel_name(red.dtype, red.op), &a, sizeof(a), a.n)) {
+        return gpu_error(c, "the hop-1 kernel failed on local rank", c->topo.local_rank);
+    }
+    return TWOHOP_OK;
+}
 
 GpuStaging::~GpuStaging() {
     if (ptr) cuda::device_free(device, ptr);
@@ -191,6 +234,26 @@ int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_us
         all = all && (c->shm.flags(l).vote.load(std::memory_order_acquire) & 1);
     }
     if (!all) { // everyone takes the host path; this seq is spent
+        mine.done.store(s, std::memory_order_release);
+        return TWOHOP_OK;
+    }
+
+    if (c->topo.n_nodes() > 1) { // hop 1 only: the pipeline runs it per shard (gpu_hop1_shard)
+        GpuHop1 &h = c->gpu_hop1;
+        for (int l = 0; l < L; ++l) {
+            if (l == me) {
+                h.in[l] = stage_in ? send_stage : in.device;
+                continue;
+            }
+            const GpuDesc::Buffer &ps = peer[l].send;
+            char *sb = static_cast<char *>(
+                cuda::ipc_open(device, cuda::PeerAllocation{peer[l].pid, ps.base, ps.id},
+                               ps.handle));
+            if (!sb) return gpu_error(c, "opening a CUDA IPC handle of local rank", l);
+            h.in[l] = sb + ps.off;
+        }
+        h.device = device;
+        h.active = true;
         mine.done.store(s, std::memory_order_release);
         return TWOHOP_OK;
     }

@@ -47,6 +47,33 @@ struct GpuStaging {
 int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out,
                        uint64_t count, const twohop_reduction &red, bool *taken);
 
+/*
+ * Multi-node communicators: hop 1 on the GPU. When the node's ranks agreed for a call (the
+ * same rounds as the GPU path), each shard owner's kernel reads its shard of every local
+ * rank's device input (CUDA IPC) and writes the node's partial result straight into the
+ * segment's result buffer in host shared memory (registered with the driver, so the kernel
+ * writes it over PCIe): hop 2 then runs on the host as always, and hop 3 copies the result
+ * into the device receive buffers with driver copies.
+ */
+struct GpuHop1 {
+    bool active = false;            // this call's pipeline runs hop 1 on the GPU
+    int device = -1;
+    char *in[16] = {};              // every local rank's input (canonical start), mapped here
+    char *shm_host = nullptr;       // the registered segment, and where kernels see it
+    char *shm_dev = nullptr;
+    int reg_device = -1;
+    uint64_t reg_bytes = 0;
+    ~GpuHop1();
+};
+
+/* Runs hop 1 of one shard on the GPU: result = in_0 op ... op in_{L-1} over `items` items at
+ * byte offset `off` of the message, into `result` (host shared memory). */
+int gpu_hop1_shard(twohop_comm *c, uint64_t off, uint64_t items, char *result,
+                   const twohop_reduction &red);
+
+/* Counts a call whose hop 1 ran on the GPU (MPI_T coll_twohop_gpu_hop1_calls). */
+void gpu_hop1_done();
+
 /* True when this process can take part in the GPU path at all (driver and kernels loaded). */
 bool gpu_node_capable();
 

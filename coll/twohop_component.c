@@ -856,6 +856,12 @@ static int twohop_register(void) {
         OPAL_INFO_LVL_4, MCA_BASE_PVAR_CLASS_COUNTER, MCA_BASE_VAR_TYPE_UNSIGNED_LONG_LONG, NULL,
         MCA_BASE_VAR_BIND_NO_OBJECT, MCA_BASE_PVAR_FLAG_READONLY | MCA_BASE_PVAR_FLAG_CONTINUOUS,
         get_counter, NULL, NULL, (void *)twohop_gpu_calls_counter());
+    (void)mca_base_component_pvar_register(
+        c, "gpu_hop1_calls",
+        "Multi-node MPI_Allreduce calls whose hop 1 (node reduce-scatter) ran on the GPU",
+        OPAL_INFO_LVL_4, MCA_BASE_PVAR_CLASS_COUNTER, MCA_BASE_VAR_TYPE_UNSIGNED_LONG_LONG, NULL,
+        MCA_BASE_VAR_BIND_NO_OBJECT, MCA_BASE_PVAR_FLAG_READONLY | MCA_BASE_PVAR_FLAG_CONTINUOUS,
+        get_counter, NULL, NULL, (void *)twohop_gpu_hop1_calls_counter());
     return OMPI_SUCCESS;
 }
 

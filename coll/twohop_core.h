@@ -143,6 +143,8 @@ void twohop_core_quiet_signals(void);
 /* Calls served by the node's GPU path (gpu_node.h) in this process: the MPI_T counter
  * coll_twohop_gpu_path_calls reads it. */
 const unsigned long long *twohop_gpu_calls_counter(void);
+/* Multi-node calls whose hop 1 ran on the GPU (coll_twohop_gpu_hop1_calls). */
+const unsigned long long *twohop_gpu_hop1_calls_counter(void);
 
 /* Releases process-wide resources (UCX worker and endpoints). Called at component close. */
 void twohop_core_finalize(void);

@@ -325,8 +325,9 @@ int main(int argc, char **argv) {
     if (rank == 0) {
         if (have_pvars) {
             printf("# twohop: served %llu of %llu MPI_Allreduce calls on rank 0, fell back %llu, "
-                   "GPU path %llu\n",
-                   c1.served - c0.served, calls, c1.fallback - c0.fallback, c1.gpu - c0.gpu);
+                   "GPU path %llu, GPU hop 1 %llu\n",
+                   c1.served - c0.served, calls, c1.fallback - c0.fallback, c1.gpu - c0.gpu,
+                   c1.gpu_hop1 - c0.gpu_hop1);
         } else {
             printf("# twohop: not loaded (%s)\n", pv.why);
         }

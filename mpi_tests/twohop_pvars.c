@@ -76,16 +76,20 @@ bool twohop_pvars_open(struct twohop_pvars *pv) {
     int gpu_idx = find_pvar("coll_twohop_gpu_path_calls", ignored, sizeof ignored);
     pv->has_gpu = gpu_idx >= 0 &&
                   MPI_T_pvar_handle_alloc(pv->session, gpu_idx, NULL, &pv->gpu, &n) == MPI_SUCCESS;
+    int hop1_idx = find_pvar("coll_twohop_gpu_hop1_calls", ignored, sizeof ignored);
+    pv->has_hop1 = hop1_idx >= 0 && MPI_T_pvar_handle_alloc(pv->session, hop1_idx, NULL,
+                                                            &pv->hop1, &n) == MPI_SUCCESS;
     pv->found = true;
     return true;
 }
 
 struct twohop_counts twohop_pvars_read(const struct twohop_pvars *pv) {
-    struct twohop_counts c = {0, 0, 0};
+    struct twohop_counts c = {0, 0, 0, 0};
     if (pv->found) {
         MPI_T_pvar_read(pv->session, pv->served, &c.served);
         MPI_T_pvar_read(pv->session, pv->fallback, &c.fallback);
         if (pv->has_gpu) MPI_T_pvar_read(pv->session, pv->gpu, &c.gpu);
+        if (pv->has_hop1) MPI_T_pvar_read(pv->session, pv->hop1, &c.gpu_hop1);
     }
     return c;
 }
@@ -95,6 +99,7 @@ void twohop_pvars_close(struct twohop_pvars *pv) {
         MPI_T_pvar_handle_free(pv->session, &pv->served);
         MPI_T_pvar_handle_free(pv->session, &pv->fallback);
         if (pv->has_gpu) MPI_T_pvar_handle_free(pv->session, &pv->gpu);
+        if (pv->has_hop1) MPI_T_pvar_handle_free(pv->session, &pv->hop1);
         MPI_T_pvar_session_free(&pv->session);
     }
     pv->found = false;

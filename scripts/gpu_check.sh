@@ -116,6 +116,15 @@ osu() { # osu NAME NP GPUS
 }
 osu np4_one_gpu 4 0
 ((ngpu >= 2)) && osu np2_two_gpus 2 0,1
+# Two virtual nodes of two ranks on one GPU: hop 1 on the GPU, hop 2 on the host.
+if run 4 rr:2 0 -- "$build/mpi_tests/twohop_osu_allreduce" -d cuda -c -f --expect-twohop \
+    -T mpi_float -m 8:67108864 -i 10 -x 3 >"$out/osu_np4_rr2_one_gpu.txt" 2>&1 &&
+    grep -q "GPU hop 1 [1-9]" "$out/osu_np4_rr2_one_gpu.txt"; then
+    summary+=("PASS osu -d cuda -c np4_rr2_one_gpu (hop 1 on the GPU)")
+else
+    summary+=("FAIL osu -d cuda -c np4_rr2_one_gpu")
+    status=1
+fi
 
 if [[ ${1:-} != quick ]]; then
     for np in 2 4 8; do

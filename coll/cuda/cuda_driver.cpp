@@ -32,6 +32,9 @@ struct Driver {
     CUresult (*stream_create)(CUstream *, unsigned int);
     CUresult (*mem_alloc)(CUdeviceptr *, size_t);
     CUresult (*ipc_close_mem_handle)(CUdeviceptr);
+    CUresult (*mem_host_register)(void *, size_t, unsigned int);
+    CUresult (*mem_host_unregister)(void *);
+    CUresult (*mem_host_get_device_pointer)(CUdeviceptr *, void *, unsigned int);
     CUresult (*mem_free)(CUdeviceptr);
     CUresult (*pointer_get_attributes)(unsigned, CUpointer_attribute *, void **, CUdeviceptr);
     CUresult (*memcpy)(CUdeviceptr, CUdeviceptr, size_t);
@@ -93,7 +96,10 @@ void do_load() {
                sym(h, "cuStreamCreate", &g_drv.stream_create) &&
                sym(h, "cuMemAlloc_v2", &g_drv.mem_alloc) &&
                sym(h, "cuMemFree_v2", &g_drv.mem_free) &&
-               sym(h, "cuIpcCloseMemHandle", &g_drv.ipc_close_mem_handle);
+               sym(h, "cuIpcCloseMemHandle", &g_drv.ipc_close_mem_handle) &&
+               sym(h, "cuMemHostRegister_v2", &g_drv.mem_host_register) &&
+               sym(h, "cuMemHostUnregister", &g_drv.mem_host_unregister) &&
+               sym(h, "cuMemHostGetDevicePointer_v2", &g_drv.mem_host_get_device_pointer);
     g_error_name = reinterpret_cast<CUresult (*)(CUresult, const char **)>(dlsym(h, "cuGetErrorName"));
 }
 
@@ -437,6 +443,27 @@ void device_free(int device, void *p) {
 
 const char *last_error() { return t_last_error; }
 
+void *host_register(int device, void *p, std::size_t bytes) {
+    CtxScope ctx(device);
+    if (!ctx.ok() ||
+        !ok(g_drv.mem_host_register(p, bytes, CU_MEMHOSTREGISTER_DEVICEMAP |
+                                                  CU_MEMHOSTREGISTER_PORTABLE),
+            "cuMemHostRegister")) {
+        return nullptr;
+    }
+    CUdeviceptr d = 0;
+    if (!ok(g_drv.mem_host_get_device_pointer(&d, p, 0), "cuMemHostGetDevicePointer")) {
+        g_drv.mem_host_unregister(p);
+        return nullptr;
+    }
+    return reinterpret_cast<void *>(d);
+}
+
+void host_unregister(int device, void *p) {
+    CtxScope ctx(device);
+    if (ctx.ok()) g_drv.mem_host_unregister(p);
+}
+
 bool sync_input(int device) {
     CtxScope ctx(device);
     return ctx.ok() && g_drv.stream_synchronize(CU_STREAM_LEGACY) == CUDA_SUCCESS;
@@ -464,6 +491,8 @@ bool launch_and_wait(int, const char *, const void *, std::size_t, unsigned long
 bool sync_input(int) { return false; }
 void *device_alloc(int, std::size_t) { return nullptr; }
 const char *last_error() { return "no CUDA support"; }
+void *host_register(int, void *, std::size_t) { return nullptr; }
+void host_unregister(int, void *) {}
 void device_free(int, void *) {}
 
 #endif

@@ -94,6 +94,14 @@ bool launch_and_wait(int device, const char *name, const void *args, std::size_t
 void *device_alloc(int device, std::size_t bytes);
 void device_free(int device, void *p);
 
+/*
+ * Makes host memory [p, p + bytes) (the node's shared-memory segment) accessible to kernels on
+ * every device (cuMemHostRegister, DEVICEMAP | PORTABLE) and returns its device address
+ * (nullptr on failure). host_unregister undoes it.
+ */
+void *host_register(int device, void *p, std::size_t bytes);
+void host_unregister(int device, void *p);
+
 /* The name of the last driver error any call here saw in this thread ("" when none). */
 const char *last_error();
 

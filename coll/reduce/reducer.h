@@ -23,6 +23,8 @@ class Reducer {
      */
     int combine(const void *a, const void *b, void *out, uint64_t items) const;
     uint64_t item_bytes() const { return red_.item_bytes; }
+    /* The reduction this reducer was made for. */
+    const twohop_reduction &raw() const { return red_; }
 
   private:
     twohop_reduction red_;
