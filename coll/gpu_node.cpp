@@ -127,6 +127,26 @@ void describe(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &ou
     d->can = 1;
 }
 
+/*
+ * Sets a.vec / a.head when every pointer of `a` has the same offset modulo 16 and that offset
+ * is a multiple of the element size (then 16-byte vector loads and stores line up).
+ */
+void choose_vector(twohop_gpu_args *a, size_t elem) {
+    a->vec = 0;
+    a->head = 0;
+    if (elem == 0 || elem >= 16 || 16 % elem != 0) return;
+    const uintptr_t mis = reinterpret_cast<uintptr_t>(a->in[0]) % 16;
+    if (mis % elem != 0) return;
+    for (int l = 0; l < a->nin; ++l) {
+        if (reinterpret_cast<uintptr_t>(a->in[l]) % 16 != mis) return;
+    }
+    for (int r = 0; r < a->nout; ++r) {
+        if (reinterpret_cast<uintptr_t>(a->out[r]) % 16 != mis) return;
+    }
+    a->vec = 1;
+    a->head = ((16 - mis) % 16) / elem;
+}
+
 /* Logs what failed (verbose 1, with the driver's last error) and returns the status. */
 int gpu_error(twohop_comm *c, const char *what, int rank) {
     char msg[256];
@@ -166,6 +186,7 @@ int gpu_hop1_shard(twohop_comm *c, uint64_t off, uint64_t items, char *result,
     a.nin = L;
     a.nout = 1;
     a.n = items * red.elems_per_item;
+    choose_vector(&a, twohop_dtype_size(red.dtype));
     if (!cuda::launch_and_wait(h.device, kernel_name(red.dtype, red.op), &a, sizeof(a), a.n)) {
         return gpu_error(c, "the hop-1 kernel failed on local rank", c->topo.local_rank);
     }
@@ -284,13 +305,14 @@ int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_us
     }
     a.nin = a.nout = L;
     a.n = sh.count * red.elems_per_item;
+    choose_vector(&a, twohop_dtype_size(red.dtype));
     if (c->host.log) {
         char msg[320];
         std::snprintf(msg, sizeof(msg),
-                      "GPU path: seq %llu shard %llu+%llu, staged in %d out %d, in[0] %p out[0] %p "
-                      "in[1] %p out[1] %p", static_cast<unsigned long long>(s),
+                      "GPU path: seq %llu shard %llu+%llu, staged in %d out %d, vector %d, "
+                      "in[0] %p out[0] %p in[1] %p out[1] %p", static_cast<unsigned long long>(s),
                       static_cast<unsigned long long>(sh.offset),
-                      static_cast<unsigned long long>(sh.count), stage_in, stage_out, a.in[0],
+                      static_cast<unsigned long long>(sh.count), stage_in, stage_out, a.vec, a.in[0],
                       a.out[0], a.in[1], a.out[1]);
         c->host.log(3, msg);
     }

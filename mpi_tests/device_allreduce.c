@@ -34,6 +34,7 @@
 
 static int rank, size, failures;
 static bool expect_gpu; /* --expect-gpu: device-to-device cases on one node take the GPU path */
+static int g_shift;     /* elements the buffers start after their allocation (alignment cases) */
 static struct twohop_pvars pv;
 static cudaMemPool_t custom_pool;
 
@@ -90,7 +91,8 @@ static void one_case(enum kind ks, enum kind kr, MPI_Datatype t, long n, bool in
         else if (t == MPI_FLOAT) ((float *)h)[i] = (float)v;
         else ((double *)h)[i] = (double)v;
     }
-    void *r = alloc_kind(kr, bytes), *s = inplace ? NULL : alloc_kind(ks, bytes);
+    void *rbase = alloc_kind(kr, bytes + 64), *sbase = inplace ? NULL : alloc_kind(ks, bytes + 64);
+    void *r = (char *)rbase + g_shift * es, *s = inplace ? NULL : (char *)sbase + g_shift * es;
     CK(cudaMemcpy(inplace ? r : s, h, bytes, cudaMemcpyDefault));
     if (!inplace) CK(cudaMemset(r, 0x7F, bytes));
     /* The GPU path serves the call exactly when every rank's buffers are device memory of any
@@ -136,8 +138,8 @@ static void one_case(enum kind ks, enum kind kr, MPI_Datatype t, long n, bool in
                want_gpu ? "not taken" : "taken unexpectedly");
         failures++;
     }
-    if (!inplace) free_kind(ks, s);
-    free_kind(kr, r);
+    if (!inplace) free_kind(ks, sbase);
+    free_kind(kr, rbase);
     free(h);
     free(back);
 }
@@ -164,6 +166,16 @@ static int check(bool expect_twohop) {
         one_case((rank + j) % K_COUNT, (rank + j + 2) % K_COUNT, MPI_FLOAT, 1023, false, j, false);
         cases += 2;
     }
+    /* Buffers at different offsets from 16-byte boundaries on different ranks (the kernels'
+     * vector loads must fall back), and at the same odd offset everywhere (vector body with a
+     * scalar head). */
+    for (int it = 0; it < 2; it++) {
+        g_shift = it == 0 ? rank % 3 : 1;
+        one_case(K_DEVICE, K_DEVICE, MPI_INT, 100003, false, 300 + it, true);
+        one_case(K_DEVICE, K_DEVICE, MPI_FLOAT, 4097, true, 310 + it, true);
+        cases += 2;
+    }
+    g_shift = 0;
     /* Freed and re-allocated between calls: new contents at (often) the same address. */
     for (int it = 0; it < 4; it++) {
         one_case(K_DEVICE, K_DEVICE, MPI_INT, 4099, false, 100 + it, true);

@@ -49,7 +49,12 @@ struct twohop_gpu_args {
     const void *in[TWOHOP_GPU_MAX_RANKS];
     void *out[TWOHOP_GPU_MAX_RANKS];
     unsigned long long n;
+    /* 16-byte vector loads and stores: set by the host when every pointer has the same
+     * offset modulo 16 (a multiple of the element size); `head` elements come first, one at a
+     * time, up to the first 16-byte boundary. */
+    unsigned long long head;
     int nin, nout;
+    int vec;
 };
 
 #endif
