@@ -4,9 +4,8 @@
  * return value and an (err, errlen) buffer holding one lowercase line that names the object and the
  * value.
  *
- * The fields of struct twohop_rc_settings are the MCA parameters coll_twohop_<field> declared in
- * the rc_tuning block of coll/params.def, one row per field, same name, same type, same default
- * (TWOHOP_RC_SETTINGS_INIT below). Meaning, units and sources: docs/rc_tuning.md.
+ * The fields of struct twohop_rc_settings and the MCA parameters coll_twohop_<field> are both
+ * generated from rc_knobs.def, the one declaration of the RC knobs.
  */
 #ifndef TWOHOP_RC_API_H
 #define TWOHOP_RC_API_H
@@ -19,29 +18,25 @@
 extern "C" {
 #endif
 
-/* Raw user values. "Unset" leaves UCX's own default in place (nothing is emitted for it). */
+/* Raw user values, one field per row of rc_knobs.def (type from its kind: INT int, SIZE size_t,
+ * BOOL bool). "Unset" leaves UCX's own default in place (nothing is emitted for it). Meaning,
+ * unit and range of each field: rc_knobs.def and docs/rc_tuning.md. */
+#define TWOHOP_RC_CTYPE_INT int
+#define TWOHOP_RC_CTYPE_SIZE size_t
+#define TWOHOP_RC_CTYPE_BOOL bool
 struct twohop_rc_settings {
-    int rc_path_mtu;         /* bytes: 0 = port default (unset), else 512, 1024, 2048 or 4096 */
-    int rc_timeout;          /* local ACK timeout exponent t: -1 = unset, 0 = infinite, 1..31 */
-    size_t rc_timeout_us;    /* the same timeout as a time in microseconds, 0 = unset; rounded
-                                up to the next 4.096 us * 2^t; setting both is an error */
-    int rc_retry_count;      /* transport retries: -1 = unset, 0..7 (7 = seven, not infinite) */
-    int rc_rnr_timer;        /* IB RNR NAK timer code: -1 = unset, 0..31 (0 = 655.36 ms) */
-    int rc_rnr_retry;        /* RNR retries: -1 = unset, 0..7 (7 = infinite) */
-    int rc_tx_queue_len;     /* send queue depth in work requests: 0 = unset, 16..32768 */
-    int rc_rx_queue_len;     /* receive (shared) queue depth in WQEs: 0 = unset, 64..32767 */
-    int rc_tx_cq_moderation; /* send WQEs posted per signaled completion: 0 = unset, 1..1024 */
-    int rc_num_paths;        /* RC QPs (paths) per peer: 0 = unset, 1..16 */
-    int rc_sl;               /* InfiniBand service level: -1 = unset, 0..15 */
-    int rc_traffic_class;    /* GRH traffic class / RoCE DSCP byte: -1 = unset, 0..255 */
-    int rc_adaptive_routing; /* -1 = UCX auto (unset), 0 = off, 1 = on, 2 = try */
-    int rc_stagger;          /* per-rail timeout stagger in exponent steps: 0 = off, 1..4 */
-    bool rc_report;          /* print port-counter forensics at MPI_Finalize */
+#define TWOHOP_RC_KNOB(field, kind, ...) TWOHOP_RC_CTYPE_##kind field;
+#include "rc_knobs.def"
+#undef TWOHOP_RC_KNOB
 };
 
-/* Defaults, identical to the rc_tuning rows of coll/params.def. */
-#define TWOHOP_RC_SETTINGS_INIT                                                                    \
-    { 0, -1, 0, -1, -1, -1, 0, 0, 0, 0, -1, -1, -1, 0, false }
+/* Every knob unset (the MCA defaults of coll/params.def, which come from the same table). */
+static const struct twohop_rc_settings twohop_rc_settings_unset = {
+#define TWOHOP_RC_KNOB(field, kind, unset, ...) unset,
+#include "rc_knobs.def"
+#undef TWOHOP_RC_KNOB
+};
+#define TWOHOP_RC_SETTINGS_INIT twohop_rc_settings_unset
 
 /* Return codes. */
 #define TWOHOP_RC_OK 0
