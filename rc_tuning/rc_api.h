@@ -44,6 +44,7 @@ static const struct twohop_rc_settings twohop_rc_settings_unset = {
 #define TWOHOP_RC_EINVAL (-1) /* a parameter is out of range; err names parameter, value, range */
 #define TWOHOP_RC_ENODEV (-2) /* no RDMA device / nothing to report */
 #define TWOHOP_RC_EIO (-3)    /* a file could not be read or written */
+#define TWOHOP_RC_NOT_APPLIED 2 /* success; err lists pairs no open UCX transport reads (dropped) */
 
 /* Checks every field. Returns TWOHOP_RC_OK, or TWOHOP_RC_EINVAL with the first problem in err, e.g.
  * "coll_twohop_rc_retry_count: value 9 is out of range 0..7 (...)". No value is clamped. */
@@ -61,6 +62,18 @@ typedef void (*twohop_rc_kv_fn)(const char *name, const char *value, void *arg);
  * TWOHOP_RC_EINVAL (nothing emitted) on invalid settings or rail indices. */
 int twohop_rc_ucx_pairs(const struct twohop_rc_settings *s, int rail_index, int n_rails,
                         twohop_rc_kv_fn emit, void *arg, char *err, size_t errlen);
+
+/* Same pairs as twohop_rc_ucx_pairs, checked against the UCX loaded in this process: every name
+ * must appear in UCX's own configuration listing (ucs_config_parser_print_all_opts after
+ * uct_query_components, i.e. what `ucx_info -c -f` prints, including "inherits:" aliases), and a
+ * pair is emitted only when a transport with a device on this host (uct_md_query_tl_resources:
+ * rc_mlx5, rc_verbs) reads it. Returns, in this order of precedence: TWOHOP_RC_EINVAL (invalid
+ * settings, or a name the loaded UCX does not know -- a typo or a renamed knob; err names it,
+ * nothing is emitted), TWOHOP_RC_NOTICE (as twohop_rc_ucx_pairs), TWOHOP_RC_NOT_APPLIED (err
+ * lists the dropped pairs, e.g. every pair on a host without RDMA devices), TWOHOP_RC_OK. The
+ * listing and the transports are read once per process (thread-safe). */
+int twohop_rc_ucx_pairs_checked(const struct twohop_rc_settings *s, int rail_index, int n_rails,
+                                twohop_rc_kv_fn emit, void *arg, char *err, size_t errlen);
 
 /* Per-job port-counter forensics (rc_report=1). The first rank on each node calls begin at
  * component init and end at MPI_Finalize; end prints the classified counter deltas and frees r.
