@@ -166,10 +166,13 @@ int cmd_snapshot(const Snapshot &s) {
                 std::string note;
                 if (!c.ok) {
                     note = "UNREADABLE: " + c.error;
-                } else if (info != nullptr && info->width_bits < 64 &&
-                           c.value >= counter_max(info->width_bits)) {
+                } else if (info != nullptr && info->overflow == Overflow::Saturate &&
+                           info->width_bits < 64 && c.value >= counter_max(info->width_bits)) {
                     note = "SATURATED at the " + std::to_string(info->width_bits) +
                            "-bit maximum: true value is at least this";
+                } else if (info != nullptr && info->legacy32 && c.value == kLegacy32Max) {
+                    note = "SATURATED at 2^32-1 (legacy 32-bit PortCounters): true value is at "
+                           "least this";
                 } else if (info != nullptr && info->scale == 4) {
                     note = "= " + format_bytes(4.0 * c.value) + " (4-byte words)";
                 }

@@ -107,7 +107,7 @@ TEST_F(Cli, WatchOnAStaticTree) {
     EXPECT_EQ(r.status, 0);
     EXPECT_EQ(r.out, "watching 2 port(s) under " + fix_ +
                          "/job_begin/class/infiniband, 2 round(s) of 0.1 s; '!' marks a rising "
-                         "error counter\n"
+                         "error counter, '?' an inconclusive one\n"
                          "[    0.1 s] no counter changed\n"
                          "[    0.2 s] no counter changed\n"
                          "done: error counters rose in 0 of 2 round(s)\n");
