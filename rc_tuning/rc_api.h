@@ -78,7 +78,10 @@ int twohop_rc_ucx_pairs_checked(const struct twohop_rc_settings *s, int rail_ind
 /* Per-job port-counter forensics (rc_report=1). The first rank on each node calls begin at
  * component init and end at MPI_Finalize; end prints the classified counter deltas and frees r.
  * sysfs_root: the directory holding class/infiniband; NULL means "/sys".
- * devices: UCX_NET_DEVICES-style list "mlx5_0:1,mlx5_2" of the HCAs used; NULL or "" = all ports.
+ * devices: UCX_NET_DEVICES-style list "mlx5_0:1,mlx5_2" of the ports to read; "" = every port;
+ *          NULL = the job's UCX devices: UCX_NET_DEVICES when set (and not "all"), else the
+ *          devices of the RC/DC transports the loaded UCX reports (report_devices.h). The report
+ *          names the devices and where they came from.
  * begin never fails: a node without an RDMA device gets a handle whose end prints one short line.
  * end returns TWOHOP_RC_OK, TWOHOP_RC_ENODEV (the one line was printed) or TWOHOP_RC_EIO. */
 struct twohop_rc_report;

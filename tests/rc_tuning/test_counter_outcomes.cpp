@@ -3,11 +3,14 @@
  * data. */
 #include "counter_delta.h"
 #include "rc_api.h"
+#include "report_devices.h"
 #include "sysfs_tree.h"
 
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <functional>
+#include <sstream>
 #include <cstdlib>
 
 using namespace twohop::rc;
@@ -120,4 +123,43 @@ TEST(CounterOutcomes, LegacyDataCounterStuckAt2To32Minus1IsSaturated) {
               std::string::npos)
         << os.str();
     EXPECT_EQ(os.str().find("sent "), std::string::npos) << os.str(); // no byte count from it
+}
+
+/* The per-job report reads only the job's UCX devices and names them. */
+TEST(ReportDevices, UcxNetDevicesRestrictsTheReport) {
+    SysfsTree t;
+    t.add_port("mlx5_0", 1); // the job's HCA
+    t.add_port("mlx5_1", 1); // a storage adapter with a failing cable
+    setenv("UCX_NET_DEVICES", "mlx5_0:1,eth0", 1);
+    std::string out = report(t, nullptr, [&t] {
+        t.set("mlx5_1", 1, "symbol_error", 40);
+        t.set("mlx5_0", 1, "port_xmit_data", 1000);
+    });
+    unsetenv("UCX_NET_DEVICES");
+    EXPECT_NE(out.find("1 port(s) over "), std::string::npos) << out;
+    EXPECT_NE(out.find("verdict: clean\n  devices: mlx5_0:1,eth0 (UCX_NET_DEVICES)\n"),
+              std::string::npos)
+        << out;
+    EXPECT_EQ(out.find("mlx5_1"), std::string::npos) << out;
+    EXPECT_NE(out.find("  eth0: not found under "), std::string::npos) << out;
+}
+
+TEST(ReportDevices, SourcesInOrder) {
+    auto env = [](const char *v) {
+        return EnvLookup([v](const char *) { return v; });
+    };
+    std::vector<UcxResource> res = {{"rc_mlx5", "mlx5_0:1"}, {"ud_mlx5", "mlx5_4:1"},
+                                    {"rc_verbs", "mlx5_0:1"}, {"dc_mlx5", "mlx5_2:1"},
+                                    {"tcp", "eth0"}};
+    JobDevices d = job_devices("mlx5_3", env("mlx5_0"), res);
+    EXPECT_EQ(d.list, "mlx5_3");
+    d = job_devices(nullptr, env("mlx5_0:1"), res);
+    EXPECT_EQ(d.list, "mlx5_0:1");
+    EXPECT_EQ(d.source, "UCX_NET_DEVICES");
+    d = job_devices(nullptr, env("all"), res); // UCX's default value means "ask UCX"
+    EXPECT_EQ(d.list, "mlx5_0:1,mlx5_2:1");
+    EXPECT_EQ(d.source, "RC/DC devices reported by UCX");
+    d = job_devices(nullptr, env(nullptr), {{"tcp", "eth0"}});
+    EXPECT_EQ(d.list, "");
+    EXPECT_EQ(d.source, "every port (UCX reports no RC/DC device)");
 }
