@@ -63,43 +63,29 @@ void collect_pair(const char *name, const char *value, void *arg) {
     static_cast<twohop::ucx::ConfigPairs *>(arg)->emplace_back(name, value);
 }
 
-/* True when this host has an RDMA device, i.e. RC transports can exist. */
-bool have_rdma_devices() {
-    static const bool have = [] {
-        std::unique_ptr<DIR, int (*)(DIR *)> d(opendir("/sys/class/infiniband"), closedir);
-        if (!d) return false;
-        while (struct dirent *e = readdir(d.get())) {
-            if (e->d_name[0] != '.') return true;
-        }
-        return false;
-    }();
-    return have;
-}
-
 /*
  * The UCP configuration of this process's worker: the validated RC parameters, with the
- * timeout staggered by local rank (rail) when coll_twohop_rc_stagger is set. A user's own
- * UCX_* environment variable wins; the conflict is logged once. On hosts without RDMA devices
- * no RC key is set (UCX would warn about configuration for transports it does not have).
+ * timeout staggered by local rank when coll_twohop_rc_stagger is set. Every name is checked
+ * against the loaded UCX's configuration listing (an unknown name is an error), and only pairs
+ * an open transport reads are applied, so hosts without RC get no RC key (and no UCX warning).
+ * A user's own UCX_* environment variable wins; the conflict is logged once.
  */
 int ucx_config(const twohop_comm *c, const twohop_params &p, twohop::ucx::ConfigPairs *out,
                std::string *err) {
     const twohop_rc_settings s = twohop_rc_from_params(&p);
     char msg[512] = "";
     twohop::ucx::ConfigPairs pairs;
-    int rc = twohop_rc_ucx_pairs(&s, c->topo.local_rank, c->topo.local_size(), collect_pair,
-                                 &pairs, msg, sizeof(msg));
+    int rc = twohop_rc_ucx_pairs_checked(&s, c->topo.local_rank, c->topo.local_size(),
+                                         collect_pair, &pairs, msg, sizeof(msg));
     if (rc == TWOHOP_RC_NOTICE) {
         c->host.log(1, msg);
+    } else if (rc == TWOHOP_RC_NOT_APPLIED) {
+        c->host.log(2, msg);
     } else if (rc != TWOHOP_RC_OK) {
         *err = msg;
         return TWOHOP_ERR_BAD_PARAM;
     }
-    if (have_rdma_devices()) {
-        *out = std::move(pairs);
-    } else if (!pairs.empty()) {
-        c->host.log(2, "no RDMA device on this host: coll_twohop_rc_* settings not applied");
-    }
+    *out = std::move(pairs);
     return TWOHOP_OK;
 }
 

@@ -255,7 +255,7 @@ CompareVerdict compare_baseline(const Baseline &base, const Snapshot &now,
     print_delta(os, d, "since the baseline");
     if (counters == Verdict::LinkFault || counters == Verdict::Retransmission) {
         worsen(CompareVerdict::Fail);
-    } else if (counters == Verdict::Congestion) {
+    } else if (counters == Verdict::Congestion || counters == Verdict::Inconclusive) {
         worsen(CompareVerdict::Warn);
     }
 

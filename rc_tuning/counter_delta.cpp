@@ -104,15 +104,20 @@ CounterDelta make_delta(const CounterValue *b, const CounterValue *a) {
     }
     d.before = b->value;
     d.after = a->value;
-    std::uint64_t max = counter_max(d.info != nullptr ? d.info->width_bits : 64);
-    if (max != ~0ull && d.before >= max) {
+    const CounterWidth w = counter_width(d.info, d.hw);
+    const std::uint64_t max = counter_max(w.bits);
+    const bool saturates = w.overflow == Overflow::Saturate && max != ~0ull;
+    if ((saturates && d.before >= max) || (w.legacy32 && d.before == kLegacy32Max)) {
         d.kind = DeltaKind::SaturatedBefore;
     } else if (d.after < d.before) {
-        d.kind = DeltaKind::Reset;
-        d.delta = d.after;
-    } else if (max != ~0ull && d.after >= max) {
+        d.kind = w.overflow == Overflow::Wrap ? DeltaKind::Wrapped : DeltaKind::Reset;
+        d.delta = d.kind == DeltaKind::Wrapped ? d.after + (max - d.before) + 1 : d.after;
+    } else if (saturates && d.after >= max) {
         d.kind = DeltaKind::AtLeast;
         d.delta = max - d.before;
+    } else if (w.legacy32 && d.after == kLegacy32Max) {
+        d.kind = DeltaKind::AtLeast;
+        d.delta = kLegacy32Max - d.before;
     } else {
         d.kind = DeltaKind::Exact;
         d.delta = d.after - d.before;
@@ -129,18 +134,8 @@ std::string quantity(const CounterDelta &d) {
         break;
     case DeltaKind::AtLeast:
         std::snprintf(buf, sizeof(buf), "by at least %llu (the %d-bit counter saturated at %llu)",
-                      (unsigned long long)d.delta, d.info->width_bits,
-                      (unsigned long long)counter_max(d.info->width_bits));
-        break;
-    case DeltaKind::Reset:
-        std::snprintf(buf, sizeof(buf), "by at least %llu (counter was reset from %llu)",
-                      (unsigned long long)d.delta, (unsigned long long)d.before);
-        break;
-    case DeltaKind::SaturatedBefore:
-        std::snprintf(buf, sizeof(buf),
-                      "by an unknown amount (already saturated at %llu before; reset with "
-                      "perfquery -R)",
-                      (unsigned long long)d.before);
+                      (unsigned long long)d.delta, d.after == kLegacy32Max ? 32 : d.info->width_bits,
+                      (unsigned long long)d.after);
         break;
     default:
         return "";
@@ -163,9 +158,11 @@ int class_rank(CounterClass c) {
 
 } // namespace
 
-bool CounterDelta::rose() const {
-    return (kind == DeltaKind::Exact && delta > 0) || kind == DeltaKind::AtLeast ||
-           (kind == DeltaKind::Reset && delta > 0) || kind == DeltaKind::SaturatedBefore;
+Outcome CounterDelta::outcome() const {
+    if (kind == DeltaKind::Exact) {
+        return delta > 0 ? Outcome::Rose : Outcome::Unchanged;
+    }
+    return kind == DeltaKind::AtLeast ? Outcome::Rose : Outcome::Inconclusive;
 }
 
 std::string CounterDelta::amount() const {
@@ -176,9 +173,15 @@ std::string CounterDelta::amount() const {
     case DeltaKind::AtLeast:
         return ">=+" + std::to_string(delta) + " (saturated)";
     case DeltaKind::Reset:
-        return ">=+" + std::to_string(delta * scale) + " (reset)";
+        return "unknown (reset from " + std::to_string(before) + " to " + std::to_string(after) +
+               ")";
+    case DeltaKind::Wrapped:
+        return "unknown (went from " + std::to_string(before) + " to " + std::to_string(after) +
+               ": +" + std::to_string(delta * scale) + " if the 32-bit counter wrapped once, or " +
+               "a reset)";
     case DeltaKind::SaturatedBefore:
-        return "unknown (saturated at start)";
+        return "unknown (already saturated at " + std::to_string(before) + " before; clear with " +
+               "perfquery -R)";
     case DeltaKind::Unreadable:
         return "unreadable (" + note + ")";
     case DeltaKind::New:
@@ -245,11 +248,12 @@ std::vector<std::string> diagnose(const PortDelta &p, const std::string &during)
     std::vector<std::string> lines;
     if (p.presence == Presence::Vanished) {
         lines.push_back(p.label() + ": disappeared " + during +
-                        " (device removed, driver reloaded or reset); no deltas available");
+                        " (device removed, driver reloaded or reset): inconclusive, not counted in the verdict");
         return lines;
     }
     if (p.presence == Presence::Appeared) {
-        lines.push_back(p.label() + ": appeared " + during + "; no deltas available");
+        lines.push_back(p.label() + ": appeared " + during +
+                        ": inconclusive, not counted in the verdict");
         return lines;
     }
     std::vector<const CounterDelta *> rising;
@@ -267,6 +271,14 @@ std::vector<std::string> diagnose(const PortDelta &p, const std::string &during)
     std::stable_sort(
         rising.begin(), rising.end(),
         [&order](const CounterDelta *x, const CounterDelta *y) { return order(x) < order(y); });
+    for (const CounterDelta &d : p.deltas) {
+        if (is_error_class(d.cls) && d.outcome() == Outcome::Inconclusive) {
+            auto it = kAdvice.find(d.name);
+            lines.push_back(p.label() + ": " + (it != kAdvice.end() ? it->second.what : d.name) +
+                            " inconclusive " + during + ": " + d.amount() +
+                            "; not counted in the verdict");
+        }
+    }
     for (const CounterDelta *d : rising) {
         auto it = kAdvice.find(d->name);
         std::string line = p.label() + ": ";
@@ -283,12 +295,13 @@ std::vector<std::string> diagnose(const PortDelta &p, const std::string &during)
 
 Verdict verdict(const SnapshotDelta &d) {
     Verdict v = Verdict::Clean;
+    bool inconclusive = false;
     for (const PortDelta &p : d.ports) {
-        if (p.presence == Presence::Vanished) {
-            v = Verdict::LinkFault;
-        }
+        inconclusive = inconclusive || p.presence != Presence::Both;
         for (const CounterDelta &c : p.deltas) {
             if (!c.rose()) {
+                inconclusive = inconclusive || (is_error_class(c.cls) &&
+                                                c.outcome() == Outcome::Inconclusive);
                 continue;
             }
             if (c.cls == CounterClass::LinkIntegrity) {
@@ -300,13 +313,15 @@ Verdict verdict(const SnapshotDelta &d) {
             }
         }
     }
-    return v;
+    return v == Verdict::Clean && inconclusive ? Verdict::Inconclusive : v;
 }
 
 const char *verdict_name(Verdict v) {
     switch (v) {
     case Verdict::Clean:
         return "clean";
+    case Verdict::Inconclusive:
+        return "inconclusive";
     case Verdict::Congestion:
         return "congestion";
     case Verdict::Retransmission:
@@ -369,7 +384,7 @@ void print_delta(std::ostream &os, const SnapshotDelta &d, const std::string &du
                 os << "  (no hw_counters: transport retransmission counters unavailable)\n";
             }
             for (const CounterDelta &cd : p.deltas) {
-                if (cd.kind == DeltaKind::Unreadable || cd.kind == DeltaKind::Gone) {
+                if (!is_error_class(cd.cls) && cd.outcome() == Outcome::Inconclusive) {
                     os << "  " << cd.name << ": " << cd.amount() << "\n";
                 }
             }

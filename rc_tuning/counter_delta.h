@@ -2,10 +2,13 @@
  * Differences between two port-counter snapshots, classified (link integrity / congestion /
  * transport retransmission) and explained in plain language.
  *
- * Narrow counters saturate (IBTA PortCounters stop at 2^width - 1): a counter that reached its
- * maximum is reported as "at least N", never as a zero delta; one already saturated at the start
- * is reported as unknown. A value that went down (reset by perfquery -R or a driver reload) is
- * reported as "at least <after>". A port that vanished or appeared is reported, not diffed.
+ * Every counter delta has one of three outcomes: Rose, Unchanged or Inconclusive. A saturating
+ * counter (IBTA PortCounters, width per counter in counter_catalog.h) that reached its maximum
+ * during the interval rose by at least max - before. Inconclusive, and never counted as a rise:
+ * a counter already saturated before (including a legacy 32-bit data counter stuck at 2^32 - 1),
+ * a 32-bit mlx5 hw counter that went down (wrapped, or reset: the two cannot be told apart), a
+ * reset saturating counter, an unreadable, vanished or new counter, and a port that vanished or
+ * appeared. Verdicts are computed from Rose outcomes only.
  */
 #ifndef TWOHOP_RC_COUNTER_DELTA_H
 #define TWOHOP_RC_COUNTER_DELTA_H
@@ -23,11 +26,16 @@ enum class DeltaKind {
     Exact,           // delta = after - before
     AtLeast,         // narrow counter hit its maximum: delta >= max - before
     SaturatedBefore, // already at maximum in the first snapshot: delta unknown
-    Reset,           // after < before: counter was reset; delta >= after
+    Reset,           // after < before on a saturating counter: it was reset; delta >= after
+    Wrapped,         // after < before on a wrapping (32-bit hw) counter: wrapped or reset;
+                     // delta = after + 2^width - before if it wrapped exactly once
     Unreadable,      // garbage or unreadable in one of the snapshots
     New,             // only in the second snapshot
     Gone,            // only in the first snapshot
 };
+
+/* The three honest answers to "did this counter rise during the interval?". */
+enum class Outcome { Rose, Unchanged, Inconclusive };
 
 struct CounterDelta {
     std::string name;
@@ -39,8 +47,11 @@ struct CounterDelta {
     std::uint64_t delta = 0; // exact or lower bound, in raw counter units
     std::string note;        // reason for Unreadable
 
-    /* True when this counter shows (or may show) a rise. */
-    bool rose() const;
+    /* Rose: Exact with delta > 0, or AtLeast. Unchanged: Exact with delta 0. Everything else
+     * (SaturatedBefore, Reset, Wrapped, Unreadable, New, Gone) is Inconclusive. */
+    Outcome outcome() const;
+    /* outcome() == Outcome::Rose: the only outcome that may raise a verdict. */
+    bool rose() const { return outcome() == Outcome::Rose; }
     /* "+57", ">=65535 (saturated)", "unknown (saturated at start)", ... */
     std::string amount() const;
 };
@@ -72,7 +83,9 @@ SnapshotDelta diff(const Snapshot &before, const Snapshot &after);
  * "in this interval" or "since the baseline". */
 std::vector<std::string> diagnose(const PortDelta &p, const std::string &during);
 
-enum class Verdict { Clean, Congestion, Retransmission, LinkFault };
+/* Worst class among the counters that rose: LinkFault > Retransmission > Congestion. When none
+ * rose: Inconclusive if an error-class counter or a port was inconclusive, else Clean. */
+enum class Verdict { Clean, Inconclusive, Congestion, Retransmission, LinkFault };
 Verdict verdict(const SnapshotDelta &d);
 const char *verdict_name(Verdict v);
 

@@ -21,7 +21,7 @@ int run_watch(const WatchOptions &opt, std::ostream &os,
     char head[64];
     std::snprintf(head, sizeof(head), "%d round(s) of %.1f s", rounds, opt.interval_s);
     os << "watching " << prev.ports.size() << " port(s) under " << opt.root << "/class/infiniband, "
-       << head << "; '!' marks a rising error counter\n";
+       << head << "; '!' marks a rising error counter, '?' an inconclusive one\n";
     for (int r = 1; r <= rounds; ++r) {
         sleep_fn(opt.interval_s);
         Snapshot cur = take_snapshot(opt.root, opt.filter);
@@ -35,14 +35,13 @@ int run_watch(const WatchOptions &opt, std::ostream &os,
                 alarm = alarm || p.presence == Presence::Vanished;
             }
             for (const CounterDelta &c : p.deltas) {
-                if (!c.rose() && c.kind != DeltaKind::Unreadable) {
+                const bool unsure = c.outcome() == Outcome::Inconclusive;
+                if (!c.rose() && !unsure) {
                     continue;
                 }
-                const std::string key = p.label() + "/" + c.name;
-                if (c.kind == DeltaKind::AtLeast) {
-                    saturated_announced.insert(key); // its saturation is news once
-                } else if (c.kind == DeltaKind::SaturatedBefore &&
-                           !saturated_announced.insert(key).second) {
+                // An inconclusive counter (stuck at its maximum, wrapped, unreadable) is news
+                // once, marked '?', and never counts as an alarm.
+                if (unsure && !saturated_announced.insert(p.label() + "/" + c.name).second) {
                     continue;
                 }
                 bool err = is_error_class(c.cls) && c.rose();
@@ -52,7 +51,7 @@ int run_watch(const WatchOptions &opt, std::ostream &os,
                         ? "+" + format_bytes(4.0 * c.delta)
                         : c.amount();
                 items += (items.empty() ? "" : ", ") + std::string(err ? red : "") +
-                         (err ? "!" : "") + c.name + " " + amount + (err ? off : "");
+                         (err ? "!" : unsure ? "?" : "") + c.name + " " + amount + (err ? off : "");
             }
             if (!items.empty()) {
                 os << head << p.label() << ": " << items << "\n";

@@ -1,6 +1,7 @@
 /* InfiniBand RC timer encodings; formulas and sources in ib_time.h. */
 #include "ib_time.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
@@ -47,24 +48,39 @@ std::optional<int> timeout_exp_for_rtt(double rtt_us, double margin) {
     return timeout_exp_at_least_us(rtt_us * margin);
 }
 
-double dead_link_us(int t, int retry) {
+double dead_link_nominal_us(int t, int retry) {
     if (t == 0) {
         return -1;
     }
     return timeout_us(t) * (retry + 1);
 }
 
+double dead_link_us(int t, int retry) {
+    if (t == 0) {
+        return -1;
+    }
+    return kAckTimerWorstFactor * dead_link_nominal_us(t, retry);
+}
+
 std::uint32_t rnr_timer_us(int code) {
     return kRnrUs.at(static_cast<std::size_t>(code));
 }
 
-std::uint64_t inflight_wrs(std::uint64_t segment_bytes, int pipeline_depth,
-                           std::uint64_t wr_bytes) {
-    if (wr_bytes == 0 || pipeline_depth <= 0) {
-        return 0;
+std::uint64_t hop2_chunk_bytes(std::uint64_t segment_bytes, int shards, int nodes) {
+    std::uint64_t parts = static_cast<std::uint64_t>(shards) * static_cast<std::uint64_t>(nodes);
+    return parts == 0 ? 0 : (segment_bytes + parts - 1) / parts;
+}
+
+std::uint64_t wrs_per_message(std::uint64_t bytes, std::uint64_t wr_bytes,
+                              std::uint64_t rndv_thresh) {
+    if (bytes >= rndv_thresh) {
+        return 2;
     }
-    std::uint64_t per_segment = (segment_bytes + wr_bytes - 1) / wr_bytes + 1;
-    return per_segment * static_cast<std::uint64_t>(pipeline_depth);
+    return wr_bytes == 0 ? 0 : std::max<std::uint64_t>(1, (bytes + wr_bytes - 1) / wr_bytes);
+}
+
+std::uint64_t inflight_wrs(std::uint64_t wrs_per_msg, int pipeline_depth) {
+    return pipeline_depth <= 0 ? 0 : wrs_per_msg * static_cast<std::uint64_t>(pipeline_depth);
 }
 
 std::uint32_t send_queue_depth(std::uint64_t inflight) {

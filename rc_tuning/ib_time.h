@@ -41,19 +41,40 @@ std::optional<int> timeout_exp_at_least_us(double us);
  * plus the responder's ACK delay; margin covers queueing and incast]. nullopt if out of range. */
 std::optional<int> timeout_exp_for_rtt(double rtt_us, double margin);
 
-/* Worst-case time until a dead link is reported to the application, in microseconds:
- * timeout(t) * (retry + 1) -- the first transmission plus `retry` retransmissions, each waiting one
- * full local ACK timeout [IBTA ch. 9.7]. Infinite (t = 0) returns -1. Nominal value: hardware
- * may fire its timer later than 4.096 us * 2^t, never earlier. */
+/* The local ACK timer may expire anywhere between timeout(t) and 4 x timeout(t): the IBTA allows
+ * an implementation this range [IBTA ch. 9.7.6.1.3, transport timer]. */
+inline constexpr int kAckTimerWorstFactor = 4;
+
+/* Nominal time until a dead link is reported, in microseconds: timeout(t) * (retry + 1) -- the
+ * first transmission plus `retry` retransmissions, each waiting one local ACK timeout
+ * [IBTA ch. 9.7]. Infinite (t = 0) returns -1. */
+double dead_link_nominal_us(int t, int retry);
+
+/* Worst-case time until a dead link is reported, in microseconds:
+ * kAckTimerWorstFactor * timeout(t) * (retry + 1), since each of the retry + 1 waits may last up
+ * to four nominal timeouts [IBTA ch. 9.7.6.1.3]. UCX defaults (t = 18, retry 7): 34.36 s.
+ * Infinite (t = 0) returns -1. */
 double dead_link_us(int t, int retry);
 
 /* RNR NAK timer code -> microseconds, from the IBTA table (code 0 = 655.36 ms, 1 = 0.01 ms,
  * ..., 31 = 491.52 ms) [IBTA][VERBS]. Precondition 0 <= code <= 31. */
 std::uint32_t rnr_timer_us(int code);
 
-/* Work requests in flight on one QP: pipeline_depth segments, each split into
- * ceil(segment_bytes / wr_bytes) work requests, plus one control message per segment. */
-std::uint64_t inflight_wrs(std::uint64_t segment_bytes, int pipeline_depth, std::uint64_t wr_bytes);
+/* Hop-2 message size: twohop's ring splits each rank's shard of a segment into one chunk per
+ * node, so a message is ceil(segment_bytes / shards / nodes) bytes (coll/hop2/rail_ring.h;
+ * shards = local ranks per node). Precondition shards, nodes >= 1. */
+std::uint64_t hop2_chunk_bytes(std::uint64_t segment_bytes, int shards, int nodes);
+
+/* Work requests one hop-2 message puts on the sender's QP: below the rendezvous threshold UCX
+ * sends it eagerly in ceil(bytes / wr_bytes) bcopy fragments (wr_bytes = RC SEG_SIZE, 8256 by
+ * default); at or above it UCX uses rendezvous, where the sender posts one RTS and the data moves
+ * by one RDMA read of up to 1 GiB (UCX RNDV_SCHEME auto = get_zcopy on RC), counted as 2. */
+std::uint64_t wrs_per_message(std::uint64_t bytes, std::uint64_t wr_bytes,
+                              std::uint64_t rndv_thresh);
+
+/* Work requests in flight on one QP: pipeline_depth messages (one ring step per segment in
+ * flight), each wrs_per_message. */
+std::uint64_t inflight_wrs(std::uint64_t wrs_per_msg, int pipeline_depth);
 
 /* Send-queue depth: the next power of two >= 2 * in-flight work requests, at least 16. Twice the
  * in-flight count because completions are reported once per CQ-moderation batch, so up to a

@@ -4,9 +4,8 @@
  * return value and an (err, errlen) buffer holding one lowercase line that names the object and the
  * value.
  *
- * The fields of struct twohop_rc_settings are the MCA parameters coll_twohop_<field> declared in
- * the rc_tuning block of coll/params.def, one row per field, same name, same type, same default
- * (TWOHOP_RC_SETTINGS_INIT below). Meaning, units and sources: docs/rc_tuning.md.
+ * The fields of struct twohop_rc_settings and the MCA parameters coll_twohop_<field> are both
+ * generated from rc_knobs.def, the one declaration of the RC knobs.
  */
 #ifndef TWOHOP_RC_API_H
 #define TWOHOP_RC_API_H
@@ -19,29 +18,25 @@
 extern "C" {
 #endif
 
-/* Raw user values. "Unset" leaves UCX's own default in place (nothing is emitted for it). */
+/* Raw user values, one field per row of rc_knobs.def (type from its kind: INT int, SIZE size_t,
+ * BOOL bool). "Unset" leaves UCX's own default in place (nothing is emitted for it). Meaning,
+ * unit and range of each field: rc_knobs.def and docs/rc_tuning.md. */
+#define TWOHOP_RC_CTYPE_INT int
+#define TWOHOP_RC_CTYPE_SIZE size_t
+#define TWOHOP_RC_CTYPE_BOOL bool
 struct twohop_rc_settings {
-    int rc_path_mtu;         /* bytes: 0 = port default (unset), else 512, 1024, 2048 or 4096 */
-    int rc_timeout;          /* local ACK timeout exponent t: -1 = unset, 0 = infinite, 1..31 */
-    size_t rc_timeout_us;    /* the same timeout as a time in microseconds, 0 = unset; rounded
-                                up to the next 4.096 us * 2^t; setting both is an error */
-    int rc_retry_count;      /* transport retries: -1 = unset, 0..7 (7 = seven, not infinite) */
-    int rc_rnr_timer;        /* IB RNR NAK timer code: -1 = unset, 0..31 (0 = 655.36 ms) */
-    int rc_rnr_retry;        /* RNR retries: -1 = unset, 0..7 (7 = infinite) */
-    int rc_tx_queue_len;     /* send queue depth in work requests: 0 = unset, 16..32768 */
-    int rc_rx_queue_len;     /* receive (shared) queue depth in WQEs: 0 = unset, 64..32767 */
-    int rc_tx_cq_moderation; /* send WQEs posted per signaled completion: 0 = unset, 1..1024 */
-    int rc_num_paths;        /* RC QPs (paths) per peer: 0 = unset, 1..16 */
-    int rc_sl;               /* InfiniBand service level: -1 = unset, 0..15 */
-    int rc_traffic_class;    /* GRH traffic class / RoCE DSCP byte: -1 = unset, 0..255 */
-    int rc_adaptive_routing; /* -1 = UCX auto (unset), 0 = off, 1 = on, 2 = try */
-    int rc_stagger;          /* per-rail timeout stagger in exponent steps: 0 = off, 1..4 */
-    bool rc_report;          /* print port-counter forensics at MPI_Finalize */
+#define TWOHOP_RC_KNOB(field, kind, ...) TWOHOP_RC_CTYPE_##kind field;
+#include "rc_knobs.def"
+#undef TWOHOP_RC_KNOB
 };
 
-/* Defaults, identical to the rc_tuning rows of coll/params.def. */
-#define TWOHOP_RC_SETTINGS_INIT                                                                    \
-    { 0, -1, 0, -1, -1, -1, 0, 0, 0, 0, -1, -1, -1, 0, false }
+/* Every knob unset (the MCA defaults of coll/params.def, which come from the same table). */
+static const struct twohop_rc_settings twohop_rc_settings_unset = {
+#define TWOHOP_RC_KNOB(field, kind, unset, ...) unset,
+#include "rc_knobs.def"
+#undef TWOHOP_RC_KNOB
+};
+#define TWOHOP_RC_SETTINGS_INIT twohop_rc_settings_unset
 
 /* Return codes. */
 #define TWOHOP_RC_OK 0
@@ -49,6 +44,7 @@ struct twohop_rc_settings {
 #define TWOHOP_RC_EINVAL (-1) /* a parameter is out of range; err names parameter, value, range */
 #define TWOHOP_RC_ENODEV (-2) /* no RDMA device / nothing to report */
 #define TWOHOP_RC_EIO (-3)    /* a file could not be read or written */
+#define TWOHOP_RC_NOT_APPLIED 2 /* success; err lists pairs no open UCX transport reads (dropped) */
 
 /* Checks every field. Returns TWOHOP_RC_OK, or TWOHOP_RC_EINVAL with the first problem in err, e.g.
  * "coll_twohop_rc_retry_count: value 9 is out of range 0..7 (...)". No value is clamped. */
@@ -67,10 +63,25 @@ typedef void (*twohop_rc_kv_fn)(const char *name, const char *value, void *arg);
 int twohop_rc_ucx_pairs(const struct twohop_rc_settings *s, int rail_index, int n_rails,
                         twohop_rc_kv_fn emit, void *arg, char *err, size_t errlen);
 
+/* Same pairs as twohop_rc_ucx_pairs, checked against the UCX loaded in this process: every name
+ * must appear in UCX's own configuration listing (ucs_config_parser_print_all_opts after
+ * uct_query_components, i.e. what `ucx_info -c -f` prints, including "inherits:" aliases), and a
+ * pair is emitted only when a transport with a device on this host (uct_md_query_tl_resources:
+ * rc_mlx5, rc_verbs) reads it. Returns, in this order of precedence: TWOHOP_RC_EINVAL (invalid
+ * settings, or a name the loaded UCX does not know -- a typo or a renamed knob; err names it,
+ * nothing is emitted), TWOHOP_RC_NOTICE (as twohop_rc_ucx_pairs), TWOHOP_RC_NOT_APPLIED (err
+ * lists the dropped pairs, e.g. every pair on a host without RDMA devices), TWOHOP_RC_OK. The
+ * listing and the transports are read once per process (thread-safe). */
+int twohop_rc_ucx_pairs_checked(const struct twohop_rc_settings *s, int rail_index, int n_rails,
+                                twohop_rc_kv_fn emit, void *arg, char *err, size_t errlen);
+
 /* Per-job port-counter forensics (rc_report=1). The first rank on each node calls begin at
  * component init and end at MPI_Finalize; end prints the classified counter deltas and frees r.
  * sysfs_root: the directory holding class/infiniband; NULL means "/sys".
- * devices: UCX_NET_DEVICES-style list "mlx5_0:1,mlx5_2" of the HCAs used; NULL or "" = all ports.
+ * devices: UCX_NET_DEVICES-style list "mlx5_0:1,mlx5_2" of the ports to read; "" = every port;
+ *          NULL = the job's UCX devices: UCX_NET_DEVICES when set (and not "all"), else the
+ *          devices of the RC/DC transports the loaded UCX reports (report_devices.h). The report
+ *          names the devices and where they came from.
  * begin never fails: a node without an RDMA device gets a handle whose end prints one short line.
  * end returns TWOHOP_RC_OK, TWOHOP_RC_ENODEV (the one line was printed) or TWOHOP_RC_EIO. */
 struct twohop_rc_report;

@@ -9,49 +9,34 @@ namespace twohop::rc {
 
 namespace {
 
-#define TWOHOP_RC_GET(f) [](const twohop_rc_settings &s) { return static_cast<long long>(s.f); }
+long long knob_hi(const char *field);
 
-// 4.096 us * 2^31, the largest finite local ACK timeout, in whole microseconds.
-constexpr long long kTimeoutUsMax = 8796093022LL;
-
+// The table is generated from rc_knobs.def, like the MCA parameters and the settings struct.
 const std::vector<KnobInfo> kKnobs = {
-    {"rc_path_mtu", "INT", 0, 512, 4096, "bytes",
-     "IB path MTU 512, 1024, 2048 or 4096; 0 = port default", TWOHOP_RC_GET(rc_path_mtu)},
-    {"rc_timeout", "INT", -1, 0, 31, "exponent t (4.096 us * 2^t, 0 = infinite)",
-     "5-bit IB local ACK timeout, ibv_modify_qp(3)", TWOHOP_RC_GET(rc_timeout)},
-    {"rc_timeout_us", "SIZE", 0, 1, kTimeoutUsMax, "microseconds",
-     "4.096 us * 2^1 .. 4.096 us * 2^31, ibv_modify_qp(3)", TWOHOP_RC_GET(rc_timeout_us)},
-    {"rc_retry_count", "INT", -1, 0, 7, "retries (7 = seven, not infinite)",
-     "3-bit IB retry_cnt, ibv_modify_qp(3)", TWOHOP_RC_GET(rc_retry_count)},
-    {"rc_rnr_timer", "INT", -1, 0, 31, "IB RNR timer code (0 = 655.36 ms, 1 = 0.01 ms)",
-     "5-bit IB min_rnr_timer, ibv_modify_qp(3)", TWOHOP_RC_GET(rc_rnr_timer)},
-    {"rc_rnr_retry", "INT", -1, 0, 7, "retries (7 = infinite)",
-     "3-bit IB rnr_retry, ibv_modify_qp(3)", TWOHOP_RC_GET(rc_rnr_retry)},
-    {"rc_tx_queue_len", "INT", 0, 16, 32768, "work requests",
-     "twohop floor 16; ConnectX max_qp_wr 32768 (ibv_devinfo -v)", TWOHOP_RC_GET(rc_tx_queue_len)},
-    {"rc_rx_queue_len", "INT", 0, 64, 32767, "receive WQEs",
-     "twohop floor 64; ConnectX max_srq_wr 32767 (ibv_devinfo -v)", TWOHOP_RC_GET(rc_rx_queue_len)},
-    {"rc_tx_cq_moderation", "INT", 0, 1, 1024, "send WQEs per signaled completion",
-     "twohop limit; must also be <= rc_tx_queue_len / 4", TWOHOP_RC_GET(rc_tx_cq_moderation)},
-    {"rc_num_paths", "INT", 0, 1, 16, "QPs per peer", "twohop limit; more paths add QPs, not links",
-     TWOHOP_RC_GET(rc_num_paths)},
-    {"rc_sl", "INT", -1, 0, 15, "service level", "4-bit IB SL", TWOHOP_RC_GET(rc_sl)},
-    {"rc_traffic_class", "INT", -1, 0, 255, "traffic class byte", "8-bit GRH TClass / RoCE DSCP<<2",
-     TWOHOP_RC_GET(rc_traffic_class)},
-    {"rc_adaptive_routing", "INT", -1, 0, 2, "0 = off, 1 = on, 2 = try",
-     "UCX AR_ENABLE: no, yes, try; -1 = auto", TWOHOP_RC_GET(rc_adaptive_routing)},
-    {"rc_stagger", "INT", 0, 1, 4, "timeout exponent steps between rails",
-     "twohop limit: the slowest rail waits 2^stagger times longer", TWOHOP_RC_GET(rc_stagger)},
-    {"rc_report", "BOOL", 0, 0, 1, "boolean", "0 or 1", TWOHOP_RC_GET(rc_report)},
+#define TWOHOP_RC_KNOB(field, kind, unset, lo, hi, level, unit, range_src, doc)                  \
+    {#field, #kind, unset, lo, hi, unit, range_src,                                            \
+     [](const twohop_rc_settings &s) { return static_cast<long long>(s.field); }},
+#include "rc_knobs.def"
+#undef TWOHOP_RC_KNOB
 };
 
-#undef TWOHOP_RC_GET
+// 4.096 us * 2^31, the largest finite local ACK timeout, in whole microseconds.
+const long long kTimeoutUsMax = knob_hi("rc_timeout_us");
 
 std::string out_of_range(const KnobInfo &k, long long v) {
     char buf[256];
     std::snprintf(buf, sizeof(buf), "%s: value %lld is out of range %lld..%lld (%s; unset = %lld)",
                   mca_name(k.field).c_str(), v, k.lo, k.hi, k.range_src, k.unset);
     return buf;
+}
+
+long long knob_hi(const char *field) {
+    for (const KnobInfo &k : knob_table()) {
+        if (std::string(k.field) == field) {
+            return k.hi;
+        }
+    }
+    return 0;
 }
 
 } // namespace

@@ -16,7 +16,7 @@
 namespace twohop::rc {
 
 struct KnobInfo {
-    const char *field;     // struct field == coll/params.def row == MCA name without coll_twohop_
+    const char *field;     // rc_knobs.def field == struct field == MCA name without coll_twohop_
     const char *kind;      // params.def kind: INT, SIZE or BOOL
     long long unset;       // value meaning "not set" (UCX keeps its default)
     long long lo, hi;      // allowed range when set
@@ -25,7 +25,7 @@ struct KnobInfo {
     long long (*get)(const twohop_rc_settings &);
 };
 
-/* The table, in coll/params.def order. */
+/* The table, in rc_knobs.def order (generated from it). */
 const std::vector<KnobInfo> &knob_table();
 
 /* Default settings (everything unset), equal to TWOHOP_RC_SETTINGS_INIT. */

@@ -52,6 +52,11 @@ bool make_plan(const PlanInput &in, Plan *out, std::string *err) {
                     in.retry);
         return false;
     }
+    if (in.shards < 1 || in.shards > 4096 || in.nodes < 2 || in.nodes > 65536) {
+        *err = line("--shards %d / --nodes %d: out of range 1..4096 / 2..65536", in.shards,
+                    in.nodes);
+        return false;
+    }
     if (in.peers < 1 || in.peers > 1000000 || in.rails < 1 || in.rails > 64) {
         *err = line("--peers %d / --rails %d: out of range 1..1000000 / 1..64", in.peers, in.rails);
         return false;
@@ -70,13 +75,22 @@ bool make_plan(const PlanInput &in, Plan *out, std::string *err) {
     int t = std::max(by_rtt, in.floor_exp);
     s.rc_timeout = t;
     s.rc_retry_count = in.retry;
-    p.why.push_back(line("timeout exponent %d = %s (%g x rtt needs %d; floor %d covers incast and "
-                         "the responder's ACK delay)",
+    p.why.push_back(line("timeout exponent %d = %s (%g x rtt needs %d; floor %d = UCX default 1 s; "
+                         "NCCL uses 20)",
                          t, format_us(timeout_us(t)).c_str(), in.margin, by_rtt, in.floor_exp));
-    p.why.push_back(line("retry %d: a dead link is reported after %s = timeout x (retry + 1)",
-                         in.retry, format_us(dead_link_us(t, in.retry)).c_str()));
+    if (t < kUcxDefaultTimeoutExp) {
+        p.why.push_back(line("note: exponent %d is below UCX's default 18: spurious Go-Back-N "
+                             "retransmissions if queueing ever exceeds %s",
+                             t, format_us(timeout_us(t)).c_str()));
+    }
+    p.why.push_back(line("retry %d: a dead link is reported after %s nominal, %s worst case "
+                         "(4 x timeout x (retry + 1))",
+                         in.retry, format_us(dead_link_nominal_us(t, in.retry)).c_str(),
+                         format_us(dead_link_us(t, in.retry)).c_str()));
 
-    std::uint64_t wrs = inflight_wrs(in.msg_bytes, in.inflight, in.wr_bytes);
+    const std::uint64_t chunk = hop2_chunk_bytes(in.msg_bytes, in.shards, in.nodes);
+    const std::uint64_t per_msg = wrs_per_message(chunk, in.wr_bytes, in.rndv_thresh);
+    std::uint64_t wrs = inflight_wrs(per_msg, in.inflight);
     std::uint32_t sq = send_queue_depth(wrs);
     if (sq > 32768) {
         *err = line("send queue depth %u (2 x %llu in-flight work requests) exceeds 32768; "
@@ -84,11 +98,25 @@ bool make_plan(const PlanInput &in, Plan *out, std::string *err) {
                     sq, (unsigned long long)wrs);
         return false;
     }
-    s.rc_tx_queue_len = static_cast<int>(sq);
-    p.why.push_back(line("send queue %u >= 2 x %llu in-flight work requests (%d x (ceil(%llu / "
-                         "%llu) + 1))",
-                         sq, (unsigned long long)wrs, in.inflight, (unsigned long long)in.msg_bytes,
-                         (unsigned long long)in.wr_bytes));
+    p.why.push_back(line("hop-2 message %llu bytes = ceil(%llu / %d shards / %d nodes): %s, "
+                         "%llu work request(s) each",
+                         (unsigned long long)chunk, (unsigned long long)in.msg_bytes, in.shards,
+                         in.nodes,
+                         chunk >= in.rndv_thresh ? "rendezvous (RTS + RDMA read)"
+                                                 : "eager bcopy fragments",
+                         (unsigned long long)per_msg));
+    if (sq > 256) {
+        s.rc_tx_queue_len = static_cast<int>(sq);
+        s.rc_tx_cq_moderation = static_cast<int>(std::min<std::uint32_t>(64, sq / 4));
+        p.why.push_back(line("send queue %u >= 2 x %llu in-flight work requests (%d x %llu); CQ "
+                             "moderation %d = min(64, send queue / 4)",
+                             sq, (unsigned long long)wrs, in.inflight,
+                             (unsigned long long)per_msg, s.rc_tx_cq_moderation));
+    } else {
+        p.why.push_back(line("send queue: UCX default 256 covers 2 x %llu in-flight work requests "
+                             "(%d x %llu)",
+                             (unsigned long long)wrs, in.inflight, (unsigned long long)per_msg));
+    }
 
     std::uint64_t rx_need = wrs * static_cast<std::uint64_t>(in.peers);
     if (rx_need > 4095) {
@@ -108,14 +136,11 @@ bool make_plan(const PlanInput &in, Plan *out, std::string *err) {
                              in.peers, (unsigned long long)wrs));
     }
 
-    s.rc_tx_cq_moderation = static_cast<int>(std::min<std::uint32_t>(64, sq / 4));
-    p.why.push_back(line("CQ moderation %d = min(64, send queue / 4)", s.rc_tx_cq_moderation));
-
     if (in.stagger > 0) {
         s.rc_stagger = in.stagger;
         p.why.push_back(line(
-            "stagger %d over %d rails: exponents %d..%d, slowest rail reports a "
-            "dead link after %s",
+            "stagger %d over %d processes (local ranks): exponents %d..%d, the slowest "
+            "reports a dead link after %s worst case",
             in.stagger, in.rails, t, t + std::min(in.stagger, in.rails - 1),
             format_us(dead_link_us(t + std::min(in.stagger, in.rails - 1), in.retry)).c_str()));
     }

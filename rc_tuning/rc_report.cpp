@@ -6,6 +6,7 @@
 #include "counter_delta.h"
 #include "port_snapshot.h"
 #include "rc_api.h"
+#include "report_devices.h"
 
 #include <sstream>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 struct twohop_rc_report {
     std::string root;
     std::string devices;
+    std::string devices_source;
     twohop::rc::DeviceFilter filter;
     std::string filter_error;
     twohop::rc::Snapshot begin;
@@ -35,7 +37,12 @@ extern "C" struct twohop_rc_report *twohop_rc_report_begin(const char *sysfs_roo
     try {
         auto *r = new twohop_rc_report;
         r->root = sysfs_root != nullptr ? sysfs_root : "/sys";
-        r->devices = devices != nullptr ? devices : "";
+        twohop::rc::JobDevices jd = twohop::rc::job_devices(
+            devices, twohop::rc::process_env(),
+            devices != nullptr ? std::vector<twohop::rc::UcxResource>{}
+                               : twohop::rc::loaded_ucx_resources());
+        r->devices = jd.list;
+        r->devices_source = jd.source;
         if (!twohop::rc::parse_device_filter(r->devices, &r->filter, &r->filter_error)) {
             r->filter = {}; // fall back to all ports; end() says why
         }
@@ -68,6 +75,8 @@ extern "C" int twohop_rc_report_end(struct twohop_rc_report *r, FILE *out) {
             std::snprintf(head, sizeof(head), "%zu port(s) over %.1f s, verdict: ", d.ports.size(),
                           d.seconds);
             os << prefix << head << verdict_name(verdict(d)) << "\n";
+            os << "  devices: " << (r->devices.empty() ? "all" : r->devices) << " ("
+               << r->devices_source << ")\n";
             if (!r->filter_error.empty()) {
                 os << "  devices filter ignored: " << r->filter_error << "\n";
             }

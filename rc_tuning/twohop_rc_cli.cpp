@@ -46,7 +46,8 @@ const char *const kUsage =
     "  baseline compare --baseline FILE [--profile PROFILE] [--tolerance PCT]\n"
     "                                counter deltas since the baseline and latency change per\n"
     "                                size; verdict PASS, WARN or FAIL (tolerance default 10%)\n"
-    "  plan --rtt-us US --msg-bytes N [--inflight N] [--wr-bytes N] [--margin M]\n"
+    "  plan --rtt-us US --msg-bytes SEGMENT [--shards N] [--nodes N] [--inflight N]\n"
+    "       [--wr-bytes N] [--rndv-thresh N] [--margin M]\n"
     "       [--min-exponent T] [--retry N] [--peers N] [--link ib|roce] [--rails N --stagger S]\n"
     "                                recommend RC settings, printed as --mca flags and as UCX\n"
     "                                environment lines\n"
@@ -166,10 +167,13 @@ int cmd_snapshot(const Snapshot &s) {
                 std::string note;
                 if (!c.ok) {
                     note = "UNREADABLE: " + c.error;
-                } else if (info != nullptr && info->width_bits < 64 &&
-                           c.value >= counter_max(info->width_bits)) {
+                } else if (info != nullptr && info->overflow == Overflow::Saturate &&
+                           info->width_bits < 64 && c.value >= counter_max(info->width_bits)) {
                     note = "SATURATED at the " + std::to_string(info->width_bits) +
                            "-bit maximum: true value is at least this";
+                } else if (info != nullptr && info->legacy32 && c.value == kLegacy32Max) {
+                    note = "SATURATED at 2^32-1 (legacy 32-bit PortCounters): true value is at "
+                           "least this";
                 } else if (info != nullptr && info->scale == 4) {
                     note = "= " + format_bytes(4.0 * c.value) + " (4-byte words)";
                 }
@@ -295,12 +299,15 @@ int cmd_plan(const Args &a) {
     PlanInput in;
     std::string link = a.opts.count("--link") ? a.opts.at("--link") : "ib";
     if (!check_known(a,
-                     {"--rtt-us", "--msg-bytes", "--inflight", "--wr-bytes", "--margin",
+                     {"--rtt-us", "--msg-bytes", "--shards", "--nodes", "--rndv-thresh",
+                      "--inflight", "--wr-bytes", "--margin",
                       "--min-exponent", "--retry", "--peers", "--link", "--rails", "--stagger"},
                      &err) ||
         !get_double(a, "--rtt-us", &in.rtt_us, &err) ||
         !get_int(a, "--msg-bytes", &in.msg_bytes, &err) ||
         !get_int(a, "--inflight", &in.inflight, &err) ||
+        !get_int(a, "--shards", &in.shards, &err) || !get_int(a, "--nodes", &in.nodes, &err) ||
+        !get_int(a, "--rndv-thresh", &in.rndv_thresh, &err) ||
         !get_int(a, "--wr-bytes", &in.wr_bytes, &err) ||
         !get_double(a, "--margin", &in.margin, &err) ||
         !get_int(a, "--min-exponent", &in.floor_exp, &err) ||
@@ -323,7 +330,7 @@ int cmd_plan(const Args &a) {
         std::cerr << "twohop-rc plan: " << err << "\n";
         return kBadInput;
     }
-    std::printf("# twohop-rc plan: rtt %g us, %llu-byte messages, %d in flight, %s\n", in.rtt_us,
+    std::printf("# twohop-rc plan: rtt %g us, %llu-byte segments, %d in flight, %s\n", in.rtt_us,
                 (unsigned long long)in.msg_bytes, in.inflight, in.roce ? "RoCE" : "InfiniBand");
     for (const std::string &w : p.why)
         std::printf("#   %s\n", w.c_str());
@@ -333,7 +340,7 @@ int cmd_plan(const Args &a) {
                 "coll_twohop_rc_*):\n");
     for (int r = 0; r < (in.stagger > 0 ? in.rails : 1); ++r) {
         if (in.stagger > 0)
-            std::printf("# rail %d (local rank %d):\n", r, r);
+            std::printf("# process with local rank %d:\n", r);
         for (const UcxPair &u : ucx_pairs(p.settings, r)) {
             if (r == 0 || u.name == "RC_TIMEOUT") {
                 std::printf("UCX_%s=%s\n", u.name.c_str(), u.value.c_str());

@@ -165,27 +165,25 @@ extern "C" int twohop_rc_validate(const struct twohop_rc_settings *s, char *err,
     }
 }
 
-extern "C" int twohop_rc_ucx_pairs(const struct twohop_rc_settings *s, int rail_index, int n_rails,
-                                   twohop_rc_kv_fn emit, void *arg, char *err, size_t errlen) {
-    using namespace twohop::rc;
+namespace twohop::rc {
+
+int rail_pairs(const twohop_rc_settings *s, int rail_index, int n_rails,
+               std::vector<UcxPair> *out, char *err, size_t errlen) {
     int rc = twohop_rc_validate(s, err, errlen);
     if (rc != TWOHOP_RC_OK) {
         return rc;
     }
-    if (n_rails < 1 || rail_index < 0 || rail_index >= n_rails || emit == nullptr) {
+    if (n_rails < 1 || rail_index < 0 || rail_index >= n_rails) {
         char buf[160];
         std::snprintf(buf, sizeof(buf),
-                      "twohop_rc_ucx_pairs: rail_index %d is out of range 0..%d (n_rails %d)%s",
-                      rail_index, n_rails - 1, n_rails, emit == nullptr ? ", emit is NULL" : "");
+                      "twohop_rc_ucx_pairs: rail_index %d is out of range 0..%d (n_rails %d)",
+                      rail_index, n_rails - 1, n_rails);
         put_err(err, errlen, buf);
         return TWOHOP_RC_EINVAL;
     }
     try {
         std::vector<UcxConflict> conflicts;
-        for (const UcxPair &p :
-             apply_env_precedence(ucx_pairs(*s, rail_index), process_env(), &conflicts)) {
-            emit(p.name.c_str(), p.value.c_str(), arg);
-        }
+        *out = apply_env_precedence(ucx_pairs(*s, rail_index), process_env(), &conflicts);
         if (!conflicts.empty() && !g_conflict_reported.exchange(true)) {
             std::string msg;
             for (const UcxConflict &c : conflicts) {
@@ -199,4 +197,26 @@ extern "C" int twohop_rc_ucx_pairs(const struct twohop_rc_settings *s, int rail_
         put_err(err, errlen, std::string("twohop_rc_ucx_pairs: ") + e.what());
         return TWOHOP_RC_EINVAL;
     }
+}
+
+void put_error(char *err, size_t errlen, const std::string &msg) {
+    put_err(err, errlen, msg);
+}
+
+} // namespace twohop::rc
+
+extern "C" int twohop_rc_ucx_pairs(const struct twohop_rc_settings *s, int rail_index, int n_rails,
+                                   twohop_rc_kv_fn emit, void *arg, char *err, size_t errlen) {
+    if (emit == nullptr) {
+        put_err(err, errlen, "twohop_rc_ucx_pairs: emit is NULL");
+        return TWOHOP_RC_EINVAL;
+    }
+    std::vector<twohop::rc::UcxPair> pairs;
+    int rc = twohop::rc::rail_pairs(s, rail_index, n_rails, &pairs, err, errlen);
+    if (rc >= 0) {
+        for (const twohop::rc::UcxPair &p : pairs) {
+            emit(p.name.c_str(), p.value.c_str(), arg);
+        }
+    }
+    return rc;
 }

@@ -59,6 +59,16 @@ std::vector<UcxPair> apply_env_precedence(const std::vector<UcxPair> &pairs, con
 /* "UCX_RC_TIMEOUT=2s (environment) wins over coll_twohop_rc_timeout (RC_TIMEOUT=67108.864us)" */
 std::string describe(const UcxConflict &c);
 
+/* Validated settings -> the pairs for rail rail_index of n_rails, after environment precedence.
+ * Returns TWOHOP_RC_OK, TWOHOP_RC_NOTICE (first conflict with the environment in this process; err
+ * lists it) or TWOHOP_RC_EINVAL (err names the problem; *out untouched). The one implementation
+ * behind twohop_rc_ucx_pairs and twohop_rc_ucx_pairs_checked (rc_api.h). */
+int rail_pairs(const twohop_rc_settings *s, int rail_index, int n_rails,
+               std::vector<UcxPair> *out, char *err, size_t errlen);
+
+/* Writes msg into (err, errlen) when err is non-null and errlen > 0, truncating. */
+void put_error(char *err, size_t errlen, const std::string &msg);
+
 /* Test hook: forget that the one-time conflict notice was already given. */
 void reset_conflict_notice_for_tests();
 

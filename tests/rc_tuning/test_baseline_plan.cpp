@@ -106,26 +106,24 @@ TEST(Baseline, RejectsForeignJson) {
 TEST(Plan, InfiniBandDefaults) {
     PlanInput in;
     in.rtt_us = 2;
-    in.msg_bytes = 262144;
+    in.msg_bytes = 262144; // 2 nodes, 1 shard: 131072-byte chunks -> rendezvous, 2 WRs each
     Plan p;
     std::string err;
     ASSERT_TRUE(make_plan(in, &p, &err)) << err;
     EXPECT_EQ(validate(p.settings), "");
     EXPECT_EQ(p.settings.rc_path_mtu, 4096);
-    EXPECT_EQ(p.settings.rc_timeout, 14); // floor dominates 8 x 2 us
+    EXPECT_EQ(p.settings.rc_timeout, 18); // UCX's default floor dominates 8 x 2 us (t = 2)
     EXPECT_EQ(p.settings.rc_retry_count, 7);
-    EXPECT_EQ(p.settings.rc_tx_queue_len, 256); // 2 x 66 WRs -> 256
-    EXPECT_EQ(p.settings.rc_rx_queue_len, 0);   // UCX default suffices
-    EXPECT_EQ(p.settings.rc_tx_cq_moderation, 64);
-    EXPECT_EQ(mca_args(p.settings),
-              "--mca coll_twohop_rc_path_mtu 4096 --mca coll_twohop_rc_timeout 14 --mca "
-              "coll_twohop_rc_retry_count 7 --mca coll_twohop_rc_tx_queue_len 256 --mca "
-              "coll_twohop_rc_tx_cq_moderation 64");
+    EXPECT_EQ(p.settings.rc_tx_queue_len, 0); // 2 x (2 x 2) = 8 <= UCX default 256: unset
+    EXPECT_EQ(p.settings.rc_rx_queue_len, 0);
+    EXPECT_EQ(p.settings.rc_tx_cq_moderation, 0);
+    EXPECT_EQ(mca_args(p.settings), "--mca coll_twohop_rc_path_mtu 4096 --mca "
+                                    "coll_twohop_rc_timeout 18 --mca coll_twohop_rc_retry_count 7");
 }
 
-TEST(Plan, LongRttRoceManyPeersAndStagger) {
+TEST(Plan, LongRttRoceManyPeersEagerOnlyAndStagger) {
     PlanInput in;
-    in.rtt_us = 10000; // 10 ms
+    in.rtt_us = 10000; // 10 ms: 8 x rtt needs t = 15, floor 18
     in.msg_bytes = 1 << 20;
     in.inflight = 4;
     in.peers = 60;
@@ -136,10 +134,24 @@ TEST(Plan, LongRttRoceManyPeersAndStagger) {
     std::string err;
     ASSERT_TRUE(make_plan(in, &p, &err)) << err;
     EXPECT_EQ(p.settings.rc_path_mtu, 1024);
-    EXPECT_EQ(p.settings.rc_timeout, 15);         // ceil(log2(80 ms / 4.096 us))
-    EXPECT_EQ(p.settings.rc_tx_queue_len, 2048);  // 4 x (128 + 1) = 516 -> 1032 -> 2048
-    EXPECT_EQ(p.settings.rc_rx_queue_len, 32767); // 60 x 516 = 30960 -> 2^15 - 1
+    EXPECT_EQ(p.settings.rc_timeout, 18);
+    EXPECT_EQ(p.settings.rc_tx_queue_len, 0); // 524288-byte chunks go rendezvous: 4 x 2 WRs
     EXPECT_EQ(p.settings.rc_stagger, 1);
+    // With rendezvous off (UCX_RNDV_THRESH=inf) each chunk is ceil(524288 / 8256) = 64 bcopy
+    // fragments: 4 x 64 = 256 WRs -> 512 -> send queue 512; 60 peers x 256 = 15360 -> 16383.
+    in.rndv_thresh = ~0ull;
+    ASSERT_TRUE(make_plan(in, &p, &err)) << err;
+    EXPECT_EQ(p.settings.rc_tx_queue_len, 512);
+    EXPECT_EQ(p.settings.rc_tx_cq_moderation, 64);
+    EXPECT_EQ(p.settings.rc_rx_queue_len, 16383);
+    // A lower floor is honoured, and the plan says it undercuts UCX.
+    in.floor_exp = 14;
+    ASSERT_TRUE(make_plan(in, &p, &err)) << err;
+    EXPECT_EQ(p.settings.rc_timeout, 15);
+    bool noted = false;
+    for (const std::string &w : p.why)
+        noted = noted || w.rfind("note: exponent 15 is below UCX's default 18", 0) == 0;
+    EXPECT_TRUE(noted);
 }
 
 TEST(Plan, RejectsBadInputNamingIt) {
@@ -156,6 +168,7 @@ TEST(Plan, RejectsBadInputNamingIt) {
     EXPECT_EQ(err, "--msg-bytes: value 0 is out of range 1..2147483648 (IB max message 2 GiB)");
     in.msg_bytes = 1 << 30;
     in.inflight = 64;
+    in.rndv_thresh = ~0ull;
     EXPECT_FALSE(make_plan(in, &p, &err));
     EXPECT_NE(err.find("exceeds 32768; lower --inflight or raise --wr-bytes"), std::string::npos)
         << err;

@@ -107,7 +107,7 @@ TEST_F(Cli, WatchOnAStaticTree) {
     EXPECT_EQ(r.status, 0);
     EXPECT_EQ(r.out, "watching 2 port(s) under " + fix_ +
                          "/job_begin/class/infiniband, 2 round(s) of 0.1 s; '!' marks a rising "
-                         "error counter\n"
+                         "error counter, '?' an inconclusive one\n"
                          "[    0.1 s] no counter changed\n"
                          "[    0.2 s] no counter changed\n"
                          "done: error counters rose in 0 of 2 round(s)\n");
@@ -151,31 +151,29 @@ TEST_F(Cli, Plan) {
     Result r = run("plan --rtt-us 2 --msg-bytes 262144 --inflight 2 --rails 2 --stagger 1");
     EXPECT_EQ(r.status, 0);
     EXPECT_EQ(r.out,
-              "# twohop-rc plan: rtt 2 us, 262144-byte messages, 2 in flight, InfiniBand\n"
+              "# twohop-rc plan: rtt 2 us, 262144-byte segments, 2 in flight, InfiniBand\n"
               "#   path MTU 4096: fewest packets per message on InfiniBand\n"
-              "#   timeout exponent 14 = 67.109 ms (8 x rtt needs 2; floor 14 covers incast and "
-              "the responder's ACK delay)\n"
-              "#   retry 7: a dead link is reported after 536.871 ms = timeout x (retry + 1)\n"
-              "#   send queue 256 >= 2 x 66 in-flight work requests (2 x (ceil(262144 / 8256) + "
-              "1))\n"
-              "#   receive queue: UCX default 4095 covers 1 peers x 66 work requests\n"
-              "#   CQ moderation 64 = min(64, send queue / 4)\n"
-              "#   stagger 1 over 2 rails: exponents 14..15, slowest rail reports a dead link "
-              "after 1.074 s\n"
+              "#   timeout exponent 18 = 1.074 s (8 x rtt needs 2; floor 18 = UCX default 1 s; "
+              "NCCL uses 20)\n"
+              "#   retry 7: a dead link is reported after 8.590 s nominal, 34.360 s worst case "
+              "(4 x timeout x (retry + 1))\n"
+              "#   hop-2 message 131072 bytes = ceil(262144 / 1 shards / 2 nodes): rendezvous "
+              "(RTS + RDMA read), 2 work request(s) each\n"
+              "#   send queue: UCX default 256 covers 2 x 4 in-flight work requests (2 x 2)\n"
+              "#   receive queue: UCX default 4095 covers 1 peers x 4 work requests\n"
+              "#   stagger 1 over 2 processes (local ranks): exponents 18..19, the slowest "
+              "reports a dead link after 68.719 s worst case\n"
               "\n"
               "# as MCA parameters (twohop's own UCP context only):\n"
-              "--mca coll_twohop_rc_path_mtu 4096 --mca coll_twohop_rc_timeout 14 --mca "
-              "coll_twohop_rc_retry_count 7 --mca coll_twohop_rc_tx_queue_len 256 --mca "
-              "coll_twohop_rc_tx_cq_moderation 64 --mca coll_twohop_rc_stagger 1\n"
+              "--mca coll_twohop_rc_path_mtu 4096 --mca coll_twohop_rc_timeout 18 --mca "
+              "coll_twohop_rc_retry_count 7 --mca coll_twohop_rc_stagger 1\n"
               "\n"
               "# as UCX environment (every UCX user in the process; the environment wins over "
               "coll_twohop_rc_*):\n"
-              "# rail 0 (local rank 0):\n"
+              "# process with local rank 0:\n"
               "UCX_RC_PATH_MTU=4096\n"
-              "UCX_RC_TIMEOUT=67108.864us\n"
+              "UCX_RC_TIMEOUT=1073741.824us\n"
               "UCX_RC_RETRY_COUNT=7\n"
-              "UCX_RC_TX_QUEUE_LEN=256\n"
-              "UCX_RC_TX_CQ_MODERATION=64\n"
-              "# rail 1 (local rank 1):\n"
-              "UCX_RC_TIMEOUT=134217.728us\n");
+              "# process with local rank 1:\n"
+              "UCX_RC_TIMEOUT=2147483.648us\n");
 }

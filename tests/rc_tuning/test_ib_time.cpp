@@ -44,10 +44,12 @@ TEST(IbTime, ExponentFromRtt) {
     EXPECT_FALSE(timeout_exp_for_rtt(5, 0).has_value());
 }
 
-TEST(IbTime, DeadLinkIsTimeoutTimesRetriesPlusOne) {
-    EXPECT_DOUBLE_EQ(dead_link_us(18, 7), 8 * 1073741.824);
-    EXPECT_DOUBLE_EQ(dead_link_us(14, 0), 67108.864);
-    EXPECT_DOUBLE_EQ(dead_link_us(0, 7), -1); // infinite
+TEST(IbTime, DeadLinkWorstCaseIsFourNominalTimeouts) {
+    EXPECT_DOUBLE_EQ(dead_link_nominal_us(18, 7), 8 * 1073741.824); // 8.59 s
+    EXPECT_DOUBLE_EQ(dead_link_us(18, 7), 34359738.368);             // 4 x 8 x 1.074 s = 34.36 s
+    EXPECT_DOUBLE_EQ(dead_link_us(14, 0), 268435.456);               // 4 x 67.109 ms
+    EXPECT_DOUBLE_EQ(dead_link_us(0, 7), -1);                        // infinite
+    EXPECT_DOUBLE_EQ(dead_link_nominal_us(0, 7), -1);
 }
 
 TEST(IbTime, RnrTableMatchesIbSpec) {
@@ -67,15 +69,25 @@ TEST(IbTime, RnrTableMatchesIbSpec) {
     EXPECT_THROW(rnr_timer_us(32), std::out_of_range);
 }
 
-TEST(IbTime, SendQueueDepthIsTwiceInflightPowerOfTwo) {
-    // 256 KiB segments, 2 in flight, 8256-byte WRs: 2 * (32 + 1) = 66 WRs -> 132 -> 256
-    EXPECT_EQ(inflight_wrs(262144, 2, 8256), 66u);
+TEST(IbTime, Hop2MessagesAndSendQueueDepth) {
+    // Ring chunk = segment / shards / nodes (rounded up): 1 MiB over 8 shards and 4 nodes.
+    EXPECT_EQ(hop2_chunk_bytes(1048576, 8, 4), 32768u);
+    EXPECT_EQ(hop2_chunk_bytes(1048576, 3, 2), 174763u); // ceil(1048576 / 6)
+    EXPECT_EQ(hop2_chunk_bytes(65536, 4, 4), 4096u);
+    // Eager below the rendezvous threshold: ceil(bytes / 8256) bcopy fragments.
+    EXPECT_EQ(wrs_per_message(4096, 8256, 8192), 1u);
+    EXPECT_EQ(wrs_per_message(32768, 8256, ~0ull), 4u); // 3 x 8256 = 24768 < 32768
+    EXPECT_EQ(wrs_per_message(524288, 8256, ~0ull), 64u);
+    // Rendezvous at or above it: RTS + one RDMA read.
+    EXPECT_EQ(wrs_per_message(8192, 8256, 8192), 2u);
+    EXPECT_EQ(wrs_per_message(32768, 8256, 8192), 2u);
+    EXPECT_EQ(inflight_wrs(64, 8), 512u);
+    EXPECT_EQ(inflight_wrs(2, 0), 0u);
+    EXPECT_EQ(send_queue_depth(512), 1024u);
     EXPECT_EQ(send_queue_depth(66), 256u);
     EXPECT_EQ(send_queue_depth(64), 128u);
     EXPECT_EQ(send_queue_depth(0), 16u);
     EXPECT_EQ(send_queue_depth(1), 16u);
-    EXPECT_EQ(inflight_wrs(1, 1, 8256), 2u);
-    EXPECT_EQ(inflight_wrs(100, 0, 8256), 0u);
 }
 
 TEST(IbTime, FormatUs) {
