@@ -58,6 +58,13 @@ int twohop_comm::poll() {
                 if (e != TWOHOP_OK && rc == TWOHOP_OK) rc = e;
             }
         }
+        for (auto &r : rds) {
+            bool fin;
+            if (r.active()) {
+                int e = r.advance(&fin);
+                if (e != TWOHOP_OK && rc == TWOHOP_OK) rc = e;
+            }
+        }
     }
     host.progress();
     if (rc != TWOHOP_OK) return rc;
@@ -127,6 +134,9 @@ int twohop_comm::post_abort_recv() {
 
 void twohop_comm::fail(int status, const std::string &why) {
     for (auto &r : rings) {
+        if (r.active() && !r.cancel(1.0)) quarantined = true;
+    }
+    for (auto &r : rds) {
         if (r.active() && !r.cancel(1.0)) quarantined = true;
     }
     // Tell the rail neighbours on other nodes (best effort, not waited for; the requests are
@@ -278,14 +288,19 @@ int latency_path(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf 
     if (me == 0) { // node leader: owner of shard 0 on every node, i.e. the rail of shard 0
         rc = wait_arrived(c, set, s, word);
         if (rc == TWOHOP_OK) rc = reduce_slots(c, set, 0, count, c->shm.result(set), red);
-        if (rc == TWOHOP_OK) {
+        const twohop_rail &rail = c->rails[0];
+        if (rc == TWOHOP_OK && c->latency_hop2 == 0) { // recursive doubling among the leaders
+            twohop::RdOp &rd = c->rds[set];
+            rc = rd.start(c->worker, &c->rd_peers, rail.n, rail.pos, c->shm.result(set), count,
+                          &red, c->ring_scratch(set, 0), c->rail_tag(s, 0));
+            while (rc == TWOHOP_OK && rd.active()) rc = c->poll();
+        } else if (rc == TWOHOP_OK) {
             twohop::RingOp &ring = c->rings[set * c->rails.size()];
-            const twohop_rail &rail = c->rails[0];
             rc = ring.start(c->worker, rail.right, rail.left, rail.n, rail.pos,
                             c->shm.result(set), count, &red, c->ring_scratch(set, 0),
                             c->rail_tag(s, 0));
+            if (rc == TWOHOP_OK) rc = finish_rings(c, set);
         }
-        if (rc == TWOHOP_OK) rc = finish_rings(c, set);
         if (rc != TWOHOP_OK) return rc;
         mine.reduced.store(s, std::memory_order_release);
     } else if ((rc = c->wait_for(c->shm.flags(0).reduced, s)) != TWOHOP_OK) {

@@ -33,6 +33,7 @@
 #include "gpu_node.h"
 #include "memory_kind.h"
 #include "rc_settings.h"
+#include "rd_plan.h"
 #include "segment_plan.h"
 #include "setup_exchange.h"
 #include "virtual_nodes.h"
@@ -51,6 +52,7 @@ struct RankInfo {
     int64_t pid;
     uint64_t segment_bytes, small_msg_bytes;
     int32_t depth, post_batch;
+    int32_t latency_hop2, pad2;
     int32_t vn_error; // this rank could not parse coll_twohop_virtual_nodes
     int32_t gpu;      // this process has the CUDA driver and twohop's device kernels
 };
@@ -94,6 +96,9 @@ std::string validate(const twohop_params &p) {
         return "coll_twohop_pipeline_depth " + std::to_string(p.pipeline_depth) +
                " out of range 1..8";
     }
+    if (p.latency_hop2 < 0 || p.latency_hop2 > 1) {
+        return "coll_twohop_latency_hop2 " + std::to_string(p.latency_hop2) + " out of range 0..1";
+    }
     if (p.post_batch < 1 || p.post_batch > 64) {
         return "coll_twohop_post_batch " + std::to_string(p.post_batch) + " out of range 1..64";
     }
@@ -118,11 +123,20 @@ int neighbour(const twohop_comm *c, int s, int dir) {
  */
 int connect_rails(twohop_comm *c, twohop::Exchange &ex, const std::vector<RankInfo> &info,
                   int *agreed_fail, std::string *err) {
+    // The node leader also talks to its recursive-doubling partners on the rail of shard 0.
+    const std::vector<int> rail0 = c->topo.rail(0);
+    std::vector<int> rd_partners;
+    if (c->topo.local_rank == 0 && c->latency_hop2 == 0) {
+        rd_partners = twohop::rd_partners(c->topo.n_nodes(), c->topo.my_node);
+    }
     int missing = 0;
     for (int s : c->my_shards) {
         for (int dir : {1, -1}) {
             if (!c->worker->connected(info[neighbour(c, s, dir)].proc_key)) missing = 1;
         }
+    }
+    for (int q : rd_partners) {
+        if (!c->worker->connected(info[rail0[q]].proc_key)) missing = 1;
     }
     const int p = c->topo.size;
     std::vector<uint64_t> lens(p, 0);
@@ -161,12 +175,25 @@ int connect_rails(twohop_comm *c, twohop::Exchange &ex, const std::vector<RankIn
         }
         c->rails.push_back(rail);
     }
+    c->rd_peers.assign(c->topo.n_nodes(), nullptr);
+    for (int q : rd_partners) {
+        const int peer = rail0[q];
+        const uint8_t *addr = all.empty() ? nullptr : &all[peer * maxlen];
+        const twohop::ucx::Endpoint *ep = nullptr;
+        if (!failed &&
+            c->worker->connect(info[peer].proc_key, addr, lens[peer], &ep, &local_err) !=
+                TWOHOP_OK) {
+            failed = 1;
+        }
+        c->rd_peers[q] = ep;
+    }
     if ((rc = ex.agree_or(failed, agreed_fail, err)) != TWOHOP_OK) return rc;
     if (*agreed_fail) {
         *err = local_err.empty() ? "hop-2 connection failed on another rank" : local_err;
         return TWOHOP_OK;
     }
     c->rings.resize(c->depth * c->rails.size());
+    c->rds.resize(c->depth);
     c->scratch.resize(c->depth * c->rails.size() * c->slot_bytes);
     return c->post_abort_recv();
 }
@@ -193,6 +220,9 @@ twohop_comm::~twohop_comm() {
     for (auto &r : rings) {
         if (r.active() && !r.cancel(1.0)) quarantined = true;
     }
+    for (auto &r : rds) {
+        if (r.active() && !r.cancel(1.0)) quarantined = true;
+    }
     bool aborts_busy = false;
     if (worker && aborts) {
         // The abort receive is pending for the communicator's life; abort sends may be too.
@@ -205,6 +235,7 @@ twohop_comm::~twohop_comm() {
     if (quarantined) {
         // UCX may still write into these: keep them alive for the rest of the process.
         new std::vector<twohop::RingOp>(std::move(rings));
+        new std::vector<twohop::RdOp>(std::move(rds));
         new std::vector<char>(std::move(scratch));
         shm.leak();
     }
@@ -250,6 +281,7 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
     me.small_msg_bytes = prm.small_msg_bytes;
     me.depth = prm.pipeline_depth;
     me.post_batch = prm.post_batch;
+    me.latency_hop2 = prm.latency_hop2;
     me.vn_error = !vn_error.empty();
     me.gpu = gpu_node_capable() ? 1 : 0;
     std::vector<RankInfo> info(a->size);
@@ -272,7 +304,8 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
     for (int r = 1; r < a->size; ++r) {
         if (info[r].segment_bytes != info[0].segment_bytes ||
             info[r].small_msg_bytes != info[0].small_msg_bytes ||
-            info[r].depth != info[0].depth || info[r].post_batch != info[0].post_batch) {
+            info[r].depth != info[0].depth || info[r].post_batch != info[0].post_batch ||
+            info[r].latency_hop2 != info[0].latency_hop2) {
             set_why(why, whylen, "coll_twohop_* algorithm parameters differ between ranks 0 and " +
                                      std::to_string(r));
             return TWOHOP_ERR_BAD_PARAM;
@@ -294,6 +327,7 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
     }
     c->depth = prm.pipeline_depth;
     c->post_batch = prm.post_batch;
+    c->latency_hop2 = prm.latency_hop2;
     c->slot_bytes = twohop::ShmLayout::align_up(prm.segment_bytes);
     c->small_bytes = prm.small_msg_bytes;
     c->stream_bytes = prm.stream_copy_bytes;

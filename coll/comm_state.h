@@ -19,6 +19,7 @@
 #include "gpu_node.h"
 #include "memory_kind.h"
 #include "node_shm.h"
+#include "rail_rd.h"
 #include "rail_ring.h"
 #include "topology.h"
 #include "twohop_core.h"
@@ -68,6 +69,11 @@ struct twohop_comm {
     twohop::ucx::Worker *worker = nullptr; // non-null only with more than one node
     std::vector<twohop_rail> rails;        // one per owned shard (empty on one node)
     std::vector<twohop::RingOp> rings;     // [set * rails.size() + i]
+    // Latency path between node leaders (local rank 0, the rail of shard 0): recursive
+    // doubling (latency_hop2 0) with endpoints to its partners by node position, one per set.
+    int latency_hop2 = 0;
+    std::vector<const twohop::ucx::Endpoint *> rd_peers;
+    std::vector<twohop::RdOp> rds;
     std::vector<char> scratch;             // one slot_bytes block per ring
     std::vector<char> private_out;         // latency-path result when `out` is not direct
 

@@ -1,0 +1,53 @@
+/*
+ * RdOp: hop 2 of the latency path by recursive doubling among the node leaders (plan/rd_plan.h
+ * gives the schedule), advanced as a non-blocking state machine like RingOp. log2(n) exchange
+ * steps (+ fold and unfold for n not a power of two) instead of the ring's 2 (n - 1): the
+ * latency algorithm for small messages on many nodes. Every member ends with the same bits.
+ * A received vector of another size than expected fails with TWOHOP_ERR_MISMATCH, a failed
+ * partner endpoint with TWOHOP_ERR_TRANSPORT.
+ */
+#ifndef TWOHOP_RAIL_RD_H
+#define TWOHOP_RAIL_RD_H
+
+#include <cstdint>
+#include <vector>
+
+#include "rd_plan.h"
+#include "reducer.h"
+#include "worker.h"
+
+namespace twohop {
+
+class RdOp {
+  public:
+    /*
+     * Starts the allreduce of data[0 .. items*item_bytes) (in place) among n members, this one
+     * at position pos; peers[q] is the endpoint to position q (needed for every rd_partners
+     * entry). scratch holds the whole vector. Returns a twohop_status.
+     */
+    int start(ucx::Worker *w, const std::vector<const ucx::Endpoint *> *peers, int n, int pos,
+              char *data, uint64_t items, const Reducer *red, char *scratch, uint64_t tag_base);
+    /* Advances when the current step's transfers completed; *finished once all steps ran. */
+    int advance(bool *finished);
+    bool active() const { return active_; }
+    /* Cancels in-flight transfers; false when UCX did not let go within max_wait_s. */
+    bool cancel(double max_wait_s);
+
+  private:
+    int post_step();
+
+    ucx::Worker *w_ = nullptr;
+    const std::vector<const ucx::Endpoint *> *peers_ = nullptr;
+    const Reducer *red_ = nullptr;
+    char *data_ = nullptr, *scratch_ = nullptr;
+    uint64_t bytes_ = 0, tag_base_ = 0;
+    int pos_ = 0;
+    std::vector<RdStep> steps_;
+    size_t step_ = 0;
+    bool active_ = false, sending_ = false, receiving_ = false;
+    ucx::Request send_, recv_;
+};
+
+} // namespace twohop
+
+#endif
