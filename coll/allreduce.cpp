@@ -487,3 +487,7 @@ extern "C" int twohop_comm_allreduce(twohop_comm *c, const twohop_userbuf *in,
     }
     return rc;
 }
+
+extern "C" void twohop_comm_abort(twohop_comm *c, int status, const char *why) {
+    if (c->poisoned == TWOHOP_OK) c->fail(status, why ? why : describe(status));
+}

@@ -743,6 +743,7 @@ static int twohop_allreduce(const void *sbuf, void *rbuf, int count, ompi_dataty
         if (rc == TWOHOP_OK && sout.host) rc = stage_out(&sout, kout);
     } else {
         snprintf(fail_why, sizeof(fail_why), "staging a device buffer through host memory failed");
+        twohop_comm_abort(m->core, rc, fail_why); /* the others must not wait for this rank */
     }
     free(sin.host);
     free(sout.host);

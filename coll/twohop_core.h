@@ -122,6 +122,14 @@ int twohop_comm_allreduce(twohop_comm *c, const twohop_userbuf *in, const twohop
                           uint64_t count, const twohop_reduction *red, char *why, size_t whylen);
 
 /*
+ * This rank cannot take part in the allreduce it was called for (e.g. staging memory could not
+ * be allocated): poisons the communicator and tells the other ranks as a failed call would
+ * (node peers through the control block, rail neighbours through the abort message), so no
+ * rank waits for this one. Not collective.
+ */
+void twohop_comm_abort(twohop_comm *c, int status, const char *why);
+
+/*
  * Reason this communicator cannot serve an allreduce of `count` items of `item_bytes`
  * (NULL if it can). Depends only on values identical on all ranks.
  */
