@@ -405,14 +405,17 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
         }
     }
     if (c->host.log) {
-        char msg[256];
+        char msg[384];
         std::snprintf(msg, sizeof(msg),
                       "comm set up: rank %d of %d, %d node(s), node %d local rank %d of %d, "
-                      "%d shard(s), id %u, shm %llu bytes%s",
+                      "%d shard(s), id %u, shm %llu bytes%s%s",
                       a->rank, a->size, c->topo.n_nodes(), c->topo.my_node, c->topo.local_rank,
                       c->topo.local_size(), c->topo.n_shards(), c->comm_id,
                       static_cast<unsigned long long>(layout.total_bytes()),
-                      c->gpu_round ? ", GPU path for device buffers" : "");
+                      c->gpu_round ? ", GPU path for device buffers" : "",
+                      c->topo.n_nodes() < 2 ? ""
+                      : c->latency_hop2 == 0 ? ", latency path between nodes: recursive doubling"
+                                             : ", latency path between nodes: ring");
         c->host.log(2, msg);
     }
     *out = owner.release();
