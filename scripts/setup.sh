@@ -8,7 +8,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 pkgs=(build-essential meson ninja-build pkg-config openmpi-bin libopenmpi-dev libucx-dev
       libgtest-dev googletest libhwloc-dev rdma-core libibverbs-dev gawk nlohmann-json3-dev
-      python3-matplotlib)
+      python3-matplotlib iproute2)
 build=${BUILD_DIR:-build}
 
 missing=()
