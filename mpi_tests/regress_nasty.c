@@ -1,0 +1,107 @@
+/*
+ * regress_nasty: reproducers of three allreduce defects (each mode exits 0 when twohop behaves
+ * as README.md promises, 1 otherwise; an alarm turns a hang into a failure).
+ *
+ *   segcount   commutative user op, rank 1 passes count = one full segment (262144 ints at the
+ *              default coll_twohop_segment_bytes), every other rank one int more (erroneous in
+ *              MPI). README: the call returns an error. Run over several nodes:
+ *                run_mpi.sh -n 2 -v block:2 -- regress_nasty segcount
+ *   timeout    rank 1 sleeps 4 s before an allreduce; with coll_twohop_timeout=1 the waiting
+ *              rank must get an error after about 1 s (it does on one node):
+ *                run_mpi.sh -n 2 -v block:2 -m coll_twohop_timeout=1 -- regress_nasty timeout
+ *   zerostruct MPI_SUM over 3 doubles; rank 1 passes struct{3 x MPI_DOUBLE, 0 x MPI_INT}, whose
+ *              type signature is that of 3 x MPI_DOUBLE. Exact result expected:
+ *                run_mpi.sh -n 2 -m mpi_param_check=0 -- regress_nasty zerostruct
+ */
+#include <mpi.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int rank, size;
+
+static void on_alarm(int sig) {
+    (void)sig;
+    static const char msg[] = "regress_nasty: FAIL: hang (no completion within 30 s)\n";
+    ssize_t w = write(2, msg, sizeof msg - 1);
+    (void)w;
+    _exit(1);
+}
+
+static void isum(void *in, void *io, int *len, MPI_Datatype *dt) {
+    (void)dt;
+    for (int i = 0; i < *len; i++) ((int *)io)[i] += ((int *)in)[i];
+}
+
+static int segcount(void) {
+    const int n = rank == 1 ? 262144 : 262145;
+    int *s = malloc(sizeof(int) * n), *r = malloc(sizeof(int) * n);
+    for (int i = 0; i < n; i++) s[i] = 1;
+    MPI_Op op;
+    MPI_Op_create(isum, 1, &op);
+    int rc = MPI_Allreduce(s, r, n, MPI_INT, op, MPI_COMM_WORLD);
+    printf("rank %d count %d: %s\n", rank, n, rc == MPI_SUCCESS ? "FAIL: success" : "error (ok)");
+    free(s);
+    free(r);
+    return rc != MPI_SUCCESS;
+}
+
+static int timeout_mode(void) {
+    int one = 1, sum = 0;
+    MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD); /* set-up done */
+    if (rank == 1) sleep(4);
+    double t = MPI_Wtime();
+    int rc = MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    t = MPI_Wtime() - t;
+    const int ok = rank == 1 || (rc != MPI_SUCCESS && t < 3.0);
+    printf("rank %d: rc %d after %.2f s%s\n", rank, rc, t,
+           ok ? "" : ": FAIL: expected an error after about coll_twohop_timeout = 1 s");
+    return ok;
+}
+
+static int zerostruct(void) {
+    double s[3] = {1.0 + rank, 2.0, 4.0 * rank}, r[3] = {0, 0, 0};
+    MPI_Datatype t = MPI_DOUBLE;
+    int count = 3;
+    if (rank == 1) {
+        int bl[2] = {3, 0};
+        MPI_Aint d[2] = {0, 24};
+        MPI_Datatype ty[2] = {MPI_DOUBLE, MPI_INT};
+        MPI_Type_create_struct(2, bl, d, ty, &t);
+        MPI_Type_commit(&t);
+        count = 1;
+    }
+    int rc = MPI_Allreduce(s, r, count, t, MPI_SUM, MPI_COMM_WORLD);
+    double e[3] = {0, 0, 0};
+    for (int k = 0; k < size; k++) e[0] += 1.0 + k, e[1] += 2.0, e[2] += 4.0 * k;
+    const int ok = rc == MPI_SUCCESS && !memcmp(r, e, sizeof e);
+    printf("rank %d: rc %d %s\n", rank, rc, ok ? "ok" : "FAIL: wrong result or error");
+    return ok;
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    signal(SIGALRM, on_alarm);
+    alarm(30);
+    const char *mode = argc > 1 ? argv[1] : "";
+    int ok;
+    if (!strcmp(mode, "segcount")) ok = segcount();
+    else if (!strcmp(mode, "timeout")) ok = timeout_mode();
+    else if (!strcmp(mode, "zerostruct")) ok = zerostruct();
+    else {
+        fprintf(stderr, "usage: regress_nasty segcount|timeout|zerostruct\n");
+        ok = 0;
+    }
+    fflush(stdout);
+    int all_ok = 0;
+    MPI_Reduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, 0, MPI_COMM_WORLD); /* not allreduce */
+    if (rank == 0) printf("regress_nasty %s: %s\n", mode, all_ok ? "PASS" : "FAIL");
+    alarm(0);
+    MPI_Finalize();
+    return rank == 0 ? !all_ok : 0;
+}
