@@ -27,6 +27,7 @@
  */
 #include <cerrno>
 #include <chrono>
+#include <functional>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -122,6 +123,27 @@ int twohop_comm::wait_all(std::atomic<uint64_t> RankFlags::*which, uint64_t targ
         int rc = wait_for(shm.flags(i).*which, target);
         if (rc != TWOHOP_OK) return rc;
     }
+    // Flags that were already set skip poll(): a node peer that failed its part of this call
+    // must still be noticed before its (possibly stale) inputs are used.
+    for (int i = 0; i < topo.local_size(); ++i) {
+        if (i != topo.local_rank && shm.flags(i).failed.load(std::memory_order_acquire)) {
+            return TWOHOP_ERR_PEER;
+        }
+    }
+    return TWOHOP_OK;
+}
+
+int twohop_comm::poll_until(const std::function<bool()> &done) {
+    const auto start = Clock::now();
+    unsigned rounds = 0;
+    while (!done()) {
+        int rc = poll();
+        if (rc != TWOHOP_OK) return rc;
+        if (timeout_s > 0 && ++rounds % 64 == 0 &&
+            std::chrono::duration<double>(Clock::now() - start).count() > timeout_s) {
+            return TWOHOP_ERR_TIMEOUT;
+        }
+    }
     return TWOHOP_OK;
 }
 
@@ -207,10 +229,8 @@ int reduce_slots(twohop_comm *c, int set, uint64_t off_bytes, uint64_t items, ch
 int finish_rings(twohop_comm *c, int set) {
     for (size_t i = 0; i < c->rails.size(); ++i) {
         twohop::RingOp &r = c->rings[set * c->rails.size() + i];
-        while (r.active()) {
-            int rc = c->poll();
-            if (rc != TWOHOP_OK) return rc;
-        }
+        int rc = c->poll_until([&r] { return !r.active(); });
+        if (rc != TWOHOP_OK) return rc;
     }
     return TWOHOP_OK;
 }
@@ -293,7 +313,7 @@ int latency_path(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf 
             twohop::RdOp &rd = c->rds[set];
             rc = rd.start(c->worker, &c->rd_peers, rail.n, rail.pos, c->shm.result(set), count,
                           &red, c->ring_scratch(set, 0), c->rail_tag(s, 0));
-            while (rc == TWOHOP_OK && rd.active()) rc = c->poll();
+            if (rc == TWOHOP_OK) rc = c->poll_until([&rd] { return !rd.active(); });
         } else if (rc == TWOHOP_OK) {
             twohop::RingOp &ring = c->rings[set * c->rails.size()];
             rc = ring.start(c->worker, rail.right, rail.left, rail.n, rail.pos,
@@ -319,6 +339,7 @@ constexpr uint64_t kMaxDepth = 8; // upper bound of coll_twohop_pipeline_depth
 struct InFlight {
     uint64_t s;
     Range seg;
+    bool last; // the call's last segment (marked in hop-2 tags)
 };
 
 int pipeline_start(twohop_comm *c, const twohop_userbuf &in, uint64_t word,
@@ -361,7 +382,8 @@ int pipeline_start(twohop_comm *c, const twohop_userbuf &in, uint64_t word,
         rc = c->rings[set * c->rails.size() + i].start(c->worker, rail.right, rail.left, rail.n,
                                                        rail.pos, out, r.count, &red,
                                                        c->ring_scratch(set, i),
-                                                       c->rail_tag(f.s, sh));
+                                                       c->rail_tag(f.s, sh), kTagLastBit,
+                                                       f.last);
         if (rc != TWOHOP_OK) return rc;
         // Doorbell batching at the collective level: post_batch transfers back-to-back, then
         // let UCX make progress on them.
@@ -413,7 +435,7 @@ int pipeline_path(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf
             if (rc != TWOHOP_OK) return rc;
         }
         InFlight &f = window[next++ % kMaxDepth];
-        f = InFlight{++c->seq, twohop::segment_range(count, seg_items, k)};
+        f = InFlight{++c->seq, twohop::segment_range(count, seg_items, k), k + 1 == nseg};
         int rc = pipeline_start(c, in, word, f, red);
         if (rc != TWOHOP_OK) return rc;
     }
@@ -427,7 +449,8 @@ int pipeline_path(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf
 const char *describe(int rc) {
     switch (rc) {
     case TWOHOP_ERR_PEER:
-        return "a rank on this node failed its part of the call, or its process is gone";
+        return "another rank of the communicator failed its part of the call (told through the "
+               "node's control block or a hop-2 abort message), or a node peer's process is gone";
     case TWOHOP_ERR_TIMEOUT: return "no progress within coll_twohop_timeout seconds";
     case TWOHOP_ERR_MISMATCH:
         return "ranks passed different message sizes (count x datatype size must be the "

@@ -12,6 +12,7 @@
 #define TWOHOP_COMM_STATE_H
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,15 +36,19 @@ struct twohop_rail {
 };
 
 /*
- * Hop-2 tag layout (64 bits): comm id (22) | segment seq mod 2^16 (16) | shard (12) | step (14).
- * Bounds checked at set-up: shards <= 4095, nodes <= 8192 (2(n-1) ring steps < 2^14). Shard
+ * Hop-2 tag layout (64 bits): comm id (22) | segment seq mod 2^16 (16) | shard (12) | last (1) |
+ * step (13). `last` marks the call's last segment: ring receives ignore it when matching and
+ * compare it afterwards, so a rank whose call has more segments than its neighbour's (a count
+ * that differs between ranks) gets an error instead of waiting for a segment nobody sends.
+ * Bounds checked at set-up: shards <= 4095, nodes <= 4096 (2(n-1) ring steps < 2^13). Shard
  * field 4095 is reserved for the communicator's abort message (abort_tag).
  */
 constexpr int kTagShardBits = 12;
-constexpr int kTagStepBits = 14;
+constexpr int kTagStepBits = 14; // including the `last` bit
 constexpr int kTagSeqBits = 16;
+constexpr uint64_t kTagLastBit = uint64_t(1) << (kTagStepBits - 1);
 constexpr int kMaxShards = (1 << kTagShardBits) - 1;
-constexpr int kMaxNodes = 1 << (kTagStepBits - 1);
+constexpr int kMaxNodes = 1 << (kTagStepBits - 2);
 
 struct twohop_comm {
     twohop_host host;
@@ -123,8 +128,11 @@ struct twohop_comm {
     int poll();
     /* Spins (polling every 16 checks) until `flag` reaches `target`; bounded by timeout_s. */
     int wait_for(const std::atomic<uint64_t> &flag, uint64_t target);
-    /* Spins (with poll) until every local rank's counter `which` reaches `target`. */
+    /* Spins (with poll) until every local rank's counter `which` reaches `target`; then fails
+     * with TWOHOP_ERR_PEER when a node peer reported a failure. */
     int wait_all(std::atomic<uint64_t> twohop::RankFlags::*which, uint64_t target);
+    /* Polls until done() holds; bounded by timeout_s like wait_for. */
+    int poll_until(const std::function<bool()> &done);
     /*
      * Records a failed call: cancels in-flight rings (quarantining their buffers when UCX does
      * not let go), tells the local peers through the control block, poisons the communicator.

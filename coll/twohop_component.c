@@ -685,11 +685,11 @@ static int twohop_allreduce(const void *sbuf, void *rbuf, int count, ompi_dataty
     const int kout = count > 0 ? twohop_memory_kind(rbuf) : TWOHOP_KIND_HOST;
     const int kin = in_place || count <= 0 ? kout : twohop_memory_kind(sbuf);
     if (count < 0) return fallback(m, "negative count", sbuf, rbuf, count, dtype, op, kin, kout);
+    ompi_datatype_type_size(dtype, &type_size);
+    if (count == 0 || type_size == 0) return MPI_SUCCESS; /* empty signature on every rank */
     const char *why = classify(dtype, op, &red, &uctx, &base, &base_size, &base_extent,
                                &elems_per_item);
     if (why) return fallback(m, why, sbuf, rbuf, count, dtype, op, kin, kout);
-    ompi_datatype_type_size(dtype, &type_size);
-    if (count == 0 || type_size == 0) return MPI_SUCCESS; /* empty signature on every rank */
     if (m->setup_state == 0) (void)setup(m);
     if (m->setup_state == -2) {
         return MPI_ERR_OTHER; /* reported once in setup(); the ranks cannot agree any more */

@@ -43,6 +43,7 @@ void recv_done(void *request, ucs_status_t status, const ucp_tag_recv_info_t *in
     r->handle = nullptr;
     r->status = status;
     r->received = (status == UCS_OK && info) ? info->length : 0;
+    r->sender_tag = (status == UCS_OK && info) ? info->sender_tag : 0;
     r->done.store(true, std::memory_order_release);
     ucp_request_free(request);
 }
@@ -256,7 +257,7 @@ int Worker::send(ucp_ep_h ep, const void *buf, std::size_t bytes, uint64_t tag, 
     return settle(ucp_tag_send_nbx(ep, buf, bytes, tag, &p), r);
 }
 
-int Worker::recv(void *buf, std::size_t bytes, uint64_t tag, Request *r) {
+int Worker::recv(void *buf, std::size_t bytes, uint64_t tag, Request *r, uint64_t mask) {
     std::unique_lock<std::mutex> lock(mt_mutex_, std::defer_lock);
     if (mt_) lock.lock();
     r->done = false;
@@ -274,8 +275,12 @@ int Worker::recv(void *buf, std::size_t bytes, uint64_t tag, Request *r) {
     p.recv_info.tag_info = &info;
     p.cb.recv = recv_done;
     p.user_data = r;
-    ucs_status_ptr_t req = ucp_tag_recv_nbx(worker_, buf, bytes, tag, ~uint64_t(0), &p);
-    if (req == nullptr) r->received = info.length == SIZE_MAX ? bytes : info.length;
+    info.sender_tag = tag;
+    ucs_status_ptr_t req = ucp_tag_recv_nbx(worker_, buf, bytes, tag, mask, &p);
+    if (req == nullptr) {
+        r->received = info.length == SIZE_MAX ? bytes : info.length;
+        r->sender_tag = info.length == SIZE_MAX ? tag : info.sender_tag;
+    }
     return settle(req, r);
 }
 

@@ -35,6 +35,7 @@ struct Request {
     std::atomic<bool> done{true}; // set (release) by the completion callback, any thread
     ucs_status_t status = UCS_OK;
     std::size_t received = 0; // bytes, for receives
+    uint64_t sender_tag = 0;  // the matched message's tag, for receives
     void *handle = nullptr;   // UCX request while in flight (for cancel), else nullptr
 
     Request() = default;
@@ -84,8 +85,9 @@ class Worker {
 
     /* Posts a tagged send of `bytes` bytes; r->done turns true at completion. */
     int send(ucp_ep_h ep, const void *buf, std::size_t bytes, uint64_t tag, Request *r);
-    /* Posts a tagged receive matching `tag` exactly, into buf of capacity `bytes`. */
-    int recv(void *buf, std::size_t bytes, uint64_t tag, Request *r);
+    /* Posts a tagged receive matching `tag` on the bits of `mask` (all by default), into buf
+     * of capacity `bytes`; r->sender_tag tells the matched message's full tag. */
+    int recv(void *buf, std::size_t bytes, uint64_t tag, Request *r, uint64_t mask = ~uint64_t(0));
     /* Drives UCX; returns true when some event was processed. Under MPI_THREAD_MULTIPLE a
      * thread that finds another one progressing returns at once (that one serves both). */
     bool progress();

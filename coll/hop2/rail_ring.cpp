@@ -12,7 +12,9 @@ char *RingOp::chunk_ptr(int c, uint64_t *items) const {
 
 int RingOp::start(ucx::Worker *w, const ucx::Endpoint *right, const ucx::Endpoint *left, int n,
                   int pos, char *data, uint64_t items, const Reducer *red, char *scratch,
-                  uint64_t tag_base) {
+                  uint64_t tag_base, uint64_t last_mask, bool last) {
+    last_mask_ = last_mask;
+    if (last) tag_base |= last_mask;
     w_ = w;
     right_ = right;
     left_ = left;
@@ -40,7 +42,8 @@ int RingOp::post_step() {
     const uint64_t ib = red_->item_bytes();
     const uint64_t tag = tag_base_ | static_cast<uint64_t>(t);
     expect_bytes_ = recv_items * ib;
-    int rc = w_->recv(rs ? scratch_ : recv_p, recv_items * ib, tag, &recv_);
+    // Matched without the `last` bit; advance() compares it (see twohop_comm's tag layout).
+    int rc = w_->recv(rs ? scratch_ : recv_p, recv_items * ib, tag, &recv_, ~last_mask_);
     if (rc != TWOHOP_OK) return rc;
     return w_->send(right_->ep, send_p, send_items * ib, tag, &send_);
 }
@@ -66,7 +69,8 @@ int RingOp::advance(bool *finished) {
         return TWOHOP_OK;
     }
     if (recv_.status == UCS_ERR_MESSAGE_TRUNCATED ||
-        (recv_.status == UCS_OK && recv_.received != expect_bytes_)) {
+        (recv_.status == UCS_OK && (recv_.received != expect_bytes_ ||
+                                    (recv_.sender_tag & last_mask_) != (tag_base_ & last_mask_)))) {
         active_ = false;
         return TWOHOP_ERR_MISMATCH;
     }

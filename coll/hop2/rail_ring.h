@@ -29,11 +29,13 @@ class RingOp {
   public:
     /*
      * Starts the ring over data[0 .. items*item_bytes) (in place). n >= 2, 0 <= pos < n,
-     * scratch holds at least one chunk (ceil(items/n) items). Returns a twohop_status.
+     * scratch holds at least one chunk (ceil(items/n) items). last_mask is the tag bit that
+     * marks the call's last segment (set when `last`): receives match without it and fail
+     * with TWOHOP_ERR_MISMATCH when the neighbour's differs. Returns a twohop_status.
      */
     int start(ucx::Worker *w, const ucx::Endpoint *right, const ucx::Endpoint *left, int n,
               int pos, char *data, uint64_t items, const Reducer *red, char *scratch,
-              uint64_t tag_base);
+              uint64_t tag_base, uint64_t last_mask = 0, bool last = false);
     /* Advances when the current step's transfers completed; *finished once all steps ran. */
     int advance(bool *finished);
     bool active() const { return active_; }
@@ -50,6 +52,7 @@ class RingOp {
     ucx::Worker *w_ = nullptr;
     const ucx::Endpoint *right_ = nullptr, *left_ = nullptr;
     uint64_t expect_bytes_ = 0; // size of the chunk being received
+    uint64_t last_mask_ = 0;    // the tag's `last` bit (0: none); tag_base_ has it set when last
     const Reducer *red_ = nullptr;
     char *data_ = nullptr;
     char *scratch_ = nullptr;
