@@ -58,6 +58,7 @@ int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_us
 struct GpuHop1 {
     bool active = false;            // this call's pipeline runs hop 1 on the GPU
     int device = -1;
+    bool one_device = false;        // every local input is on this rank's GPU
     char *in[16] = {};              // every local rank's input (canonical start), mapped here
     char *shm_host = nullptr;       // the registered segment, and where kernels see it
     char *shm_dev = nullptr;
