@@ -369,7 +369,7 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
     if (agreed) {
         *resource = 1;
         set_why(why, whylen, failed ? local_err
-                                    : "shared-memory segment creation failed on another node");
+                                    : "shared-memory segment creation failed on a node leader");
         return TWOHOP_ERR_NO_MEMORY;
     }
     failed = is_leader ? 0 : !c->shm.attach(name, layout, &err);

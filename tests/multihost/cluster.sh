@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds and removes the multi-host test cluster: three "nodes" as network namespaces on this
-# machine, each with its own host name (see node_exec.sh), /etc/hosts, /dev/shm and /tmp.
+# machine, each with its own host name (see node_exec.sh), /etc/hosts, /dev/shm and TMPDIR.
 #
 #   thmh-n0 (10.77.0.1) --veth--+
 #   thmh-n1 (10.77.0.2) --veth--+-- br0 in namespace thmh-sw
