@@ -157,36 +157,27 @@ int connect_rails(twohop_comm *c, twohop::Exchange &ex, const std::vector<RankIn
     }
     int failed = 0;
     std::string local_err;
+    // Endpoint to communicator rank `peer` (cached per process); nullptr once one failed.
+    auto connect_to = [&](int peer) -> const twohop::ucx::Endpoint * {
+        const uint8_t *addr = all.empty() ? nullptr : &all[peer * maxlen];
+        const twohop::ucx::Endpoint *ep = nullptr;
+        if (!failed && c->worker->connect(info[peer].proc_key, addr, lens[peer], &ep,
+                                          &local_err) != TWOHOP_OK) {
+            failed = 1;
+        }
+        return ep;
+    };
     for (int s : c->my_shards) {
         twohop_rail rail;
         rail.shard = s;
         rail.n = c->topo.n_nodes();
         rail.pos = c->topo.my_node;
-        for (int dir : {1, -1}) {
-            const int peer = neighbour(c, s, dir);
-            const uint8_t *addr = all.empty() ? nullptr : &all[peer * maxlen];
-            const twohop::ucx::Endpoint *ep = nullptr;
-            if (!failed &&
-                c->worker->connect(info[peer].proc_key, addr, lens[peer], &ep, &local_err) !=
-                    TWOHOP_OK) {
-                failed = 1;
-            }
-            (dir > 0 ? rail.right : rail.left) = ep;
-        }
+        rail.right = connect_to(neighbour(c, s, 1));
+        rail.left = connect_to(neighbour(c, s, -1));
         c->rails.push_back(rail);
     }
     c->rd_peers.assign(c->topo.n_nodes(), nullptr);
-    for (int q : rd_partners) {
-        const int peer = rail0[q];
-        const uint8_t *addr = all.empty() ? nullptr : &all[peer * maxlen];
-        const twohop::ucx::Endpoint *ep = nullptr;
-        if (!failed &&
-            c->worker->connect(info[peer].proc_key, addr, lens[peer], &ep, &local_err) !=
-                TWOHOP_OK) {
-            failed = 1;
-        }
-        c->rd_peers[q] = ep;
-    }
+    for (int q : rd_partners) c->rd_peers[q] = connect_to(rail0[q]);
     if ((rc = ex.agree_or(failed, agreed_fail, err)) != TWOHOP_OK) return rc;
     if (*agreed_fail) {
         *err = local_err.empty() ? "hop-2 connection failed on another rank" : local_err;
