@@ -312,7 +312,7 @@ int latency_path(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf 
         if (rc == TWOHOP_OK && c->latency_hop2 == 0) { // recursive doubling among the leaders
             twohop::RdOp &rd = c->rds[set];
             rc = rd.start(c->worker, &c->rd_peers, rail.n, rail.pos, c->shm.result(set), count,
-                          &red, c->ring_scratch(set, 0), c->rail_tag(s, 0));
+                          &red, word, c->rail_tag(s, 0));
             if (rc == TWOHOP_OK) rc = c->poll_until([&rd] { return !rd.active(); });
         } else if (rc == TWOHOP_OK) {
             twohop::RingOp &ring = c->rings[set * c->rails.size()];

@@ -5,14 +5,18 @@
 namespace twohop {
 
 int RdOp::start(ucx::Worker *w, const std::vector<const ucx::Endpoint *> *peers, int n, int pos,
-                char *data, uint64_t items, const Reducer *red, char *scratch,
+                char *data, uint64_t items, const Reducer *red, uint64_t word,
                 uint64_t tag_base) {
     w_ = w;
     peers_ = peers;
     red_ = red;
     data_ = data;
-    scratch_ = scratch;
+    word_ = word;
     bytes_ = items * red->item_bytes();
+    if (send_buf_.size() < bytes_ + sizeof(word_)) {
+        send_buf_.resize(bytes_ + sizeof(word_));
+        recv_buf_.resize(bytes_ + sizeof(word_));
+    }
     tag_base_ = tag_base;
     pos_ = pos;
     steps_ = rd_schedule(n, pos);
@@ -29,12 +33,16 @@ int RdOp::post_step() {
                st.kind == RdStep::SendResult;
     receiving_ = st.kind == RdStep::RecvCombine || st.kind == RdStep::Exchange ||
                  st.kind == RdStep::RecvResult;
+    const uint64_t len = bytes_ + sizeof(word_);
     if (receiving_) {
-        char *into = st.kind == RdStep::RecvResult ? data_ : scratch_;
-        int rc = w_->recv(into, bytes_, tag, &recv_);
+        int rc = w_->recv(recv_buf_.data(), len, tag, &recv_);
         if (rc != TWOHOP_OK) return rc;
     }
-    if (sending_) return w_->send(ep->ep, data_, bytes_, tag, &send_);
+    if (sending_) {
+        std::memcpy(send_buf_.data(), data_, bytes_);
+        std::memcpy(send_buf_.data() + bytes_, &word_, sizeof(word_));
+        return w_->send(ep->ep, send_buf_.data(), len, tag, &send_);
+    }
     return TWOHOP_OK;
 }
 
@@ -58,8 +66,13 @@ int RdOp::advance(bool *finished) {
         }
         return TWOHOP_OK;
     }
+    uint64_t their_word = 0;
+    if (receiving_ && recv_.status == UCS_OK && recv_.received == bytes_ + sizeof(word_)) {
+        std::memcpy(&their_word, recv_buf_.data() + bytes_, sizeof(their_word));
+    }
     if (receiving_ && (recv_.status == UCS_ERR_MESSAGE_TRUNCATED ||
-                       (recv_.status == UCS_OK && recv_.received != bytes_))) {
+                       (recv_.status == UCS_OK && (recv_.received != bytes_ + sizeof(word_) ||
+                                                   their_word != word_)))) {
         active_ = false;
         return TWOHOP_ERR_MISMATCH;
     }
@@ -67,16 +80,18 @@ int RdOp::advance(bool *finished) {
         active_ = false;
         return TWOHOP_ERR_TRANSPORT;
     }
+    char *in = recv_buf_.data();
+    if (st.kind == RdStep::RecvResult) std::memcpy(data_, in, bytes_);
     if (st.kind == RdStep::RecvCombine || st.kind == RdStep::Exchange) {
         // (lower position's partial) op (higher position's partial), computed into the lower
         // partial's buffer on both sides, so even a user function sees the same arguments.
         const uint64_t items = bytes_ / red_->item_bytes();
         int rc;
         if (pos_ < st.partner) {
-            rc = red_->combine(data_, scratch_, data_, items);
+            rc = red_->combine(data_, in, data_, items);
         } else {
-            rc = red_->combine(scratch_, data_, scratch_, items);
-            if (rc == TWOHOP_OK) std::memcpy(data_, scratch_, bytes_);
+            rc = red_->combine(in, data_, in, items);
+            if (rc == TWOHOP_OK) std::memcpy(data_, in, bytes_);
         }
         if (rc != TWOHOP_OK) {
             active_ = false;

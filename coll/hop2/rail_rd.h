@@ -3,8 +3,10 @@
  * gives the schedule), advanced as a non-blocking state machine like RingOp. log2(n) exchange
  * steps (+ fold and unfold for n not a power of two) instead of the ring's 2 (n - 1): the
  * latency algorithm for small messages on many nodes. Every member ends with the same bits.
- * A received vector of another size than expected fails with TWOHOP_ERR_MISMATCH, a failed
- * partner endpoint with TWOHOP_ERR_TRANSPORT.
+ * Every message carries the caller's 64-bit call word after the vector (message bytes and
+ * item size, see allreduce.cpp): a received message of another length or word — a rank that
+ * passed another count or item size, even of the same total bytes — fails with
+ * TWOHOP_ERR_MISMATCH; a failed partner endpoint fails with TWOHOP_ERR_TRANSPORT.
  */
 #ifndef TWOHOP_RAIL_RD_H
 #define TWOHOP_RAIL_RD_H
@@ -23,10 +25,11 @@ class RdOp {
     /*
      * Starts the allreduce of data[0 .. items*item_bytes) (in place) among n members, this one
      * at position pos; peers[q] is the endpoint to position q (needed for every rd_partners
-     * entry). scratch holds the whole vector. Returns a twohop_status.
+     * entry); `word` travels with every message and must match on every member. Returns a
+     * twohop_status. The op's own send and receive buffers grow on first use.
      */
     int start(ucx::Worker *w, const std::vector<const ucx::Endpoint *> *peers, int n, int pos,
-              char *data, uint64_t items, const Reducer *red, char *scratch, uint64_t tag_base);
+              char *data, uint64_t items, const Reducer *red, uint64_t word, uint64_t tag_base);
     /* Advances when the current step's transfers completed; *finished once all steps ran. */
     int advance(bool *finished);
     bool active() const { return active_; }
@@ -39,8 +42,9 @@ class RdOp {
     ucx::Worker *w_ = nullptr;
     const std::vector<const ucx::Endpoint *> *peers_ = nullptr;
     const Reducer *red_ = nullptr;
-    char *data_ = nullptr, *scratch_ = nullptr;
-    uint64_t bytes_ = 0, tag_base_ = 0;
+    char *data_ = nullptr;
+    std::vector<char> send_buf_, recv_buf_; // vector + call word
+    uint64_t bytes_ = 0, tag_base_ = 0, word_ = 0;
     int pos_ = 0;
     std::vector<RdStep> steps_;
     size_t step_ = 0;
