@@ -114,10 +114,13 @@ link() {
     esac
 }
 
-leftovers() {
-    local n bad=0 f p
+leftovers() { # [shm]: /dev/shm and processes only (not TMPDIR, where a killed mpirun leaves
+               # its session directory)
+    local n bad=0 f p dirs
     for n in "${NODES[@]}"; do
-        f=$(find "$ROOT/$n/shm" "$ROOT/$n/tmp" -mindepth 1 2>/dev/null)
+        dirs=("$ROOT/$n/shm")
+        [[ ${1:-} == shm ]] || dirs+=("$ROOT/$n/tmp")
+        f=$(find "${dirs[@]}" -mindepth 1 2>/dev/null)
         [[ -n $f ]] && { echo "left in $n: $f"; bad=1; }
         p=$(ip netns pids "$n" 2>/dev/null)
         [[ -n $p ]] && { echo "processes left in $n: $(ps -o pid=,comm= -p ${p//$'\n'/,})"; bad=1; }
@@ -132,6 +135,6 @@ case $cmd in
 up) up "$@" ;;
 down) down ;;
 link) link "${1:-}" ;;
-leftovers) leftovers ;;
+leftovers) leftovers "${2:-}" ;;
 *) sed -n '2,19p' "$0"; exit 2 ;;
 esac

@@ -50,13 +50,13 @@ mh_relay_stats() {
 
 # mh_leftovers: fails the scenario (exit 1) when a node's /dev/shm or /tmp holds a file or a
 # process is left in a node, after GRACE seconds (default 2) of waiting for it to go.
-mh_leftovers() {
-    local grace=${1:-2} k
+mh_leftovers() { # GRACE_S [shm]: see cluster.sh leftovers
+    local grace=${1:-2} what=${2:-} k
     for k in $(seq $((grace * 5))); do
-        "$MH_DIR/cluster.sh" leftovers >/dev/null && { echo "no leftovers"; return 0; }
+        "$MH_DIR/cluster.sh" leftovers "$what" >/dev/null && { echo "no leftovers"; return 0; }
         sleep 0.2
     done
-    "$MH_DIR/cluster.sh" leftovers
+    "$MH_DIR/cluster.sh" leftovers "$what"
     echo "FAIL: leftovers after mpirun exited (+${grace} s)"
     exit 1
 }
