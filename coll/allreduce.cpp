@@ -52,20 +52,15 @@ int twohop_comm::poll() {
     int rc = TWOHOP_OK;
     if (worker) {
         worker->progress();
-        for (auto &r : rings) {
-            bool fin;
-            if (r.active()) {
-                int e = r.advance(&fin);
+        auto advance_all = [&rc](auto &ops) {
+            for (auto &r : ops) {
+                bool fin;
+                const int e = r.active() ? r.advance(&fin) : TWOHOP_OK;
                 if (e != TWOHOP_OK && rc == TWOHOP_OK) rc = e;
             }
-        }
-        for (auto &r : rds) {
-            bool fin;
-            if (r.active()) {
-                int e = r.advance(&fin);
-                if (e != TWOHOP_OK && rc == TWOHOP_OK) rc = e;
-            }
-        }
+        };
+        advance_all(rings);
+        advance_all(rds);
     }
     host.progress();
     if (rc != TWOHOP_OK) return rc;
@@ -154,13 +149,15 @@ int twohop_comm::post_abort_recv() {
     return worker->recv(&aborts->in, sizeof(aborts->in), abort_tag(), &aborts->recv);
 }
 
+bool twohop_comm::cancel_transfers() {
+    bool ok = true;
+    for (auto &r : rings) ok = (!r.active() || r.cancel(1.0)) && ok;
+    for (auto &r : rds) ok = (!r.active() || r.cancel(1.0)) && ok;
+    return ok;
+}
+
 void twohop_comm::fail(int status, const std::string &why) {
-    for (auto &r : rings) {
-        if (r.active() && !r.cancel(1.0)) quarantined = true;
-    }
-    for (auto &r : rds) {
-        if (r.active() && !r.cancel(1.0)) quarantined = true;
-    }
+    if (!cancel_transfers()) quarantined = true;
     // Tell the rail neighbours on other nodes (best effort, not waited for; the requests are
     // drained when the communicator is freed).
     if (worker && aborts && poisoned == TWOHOP_OK) {

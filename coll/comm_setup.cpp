@@ -208,12 +208,7 @@ void clean_stale_once(const twohop_host &h, uint64_t pidns) {
 } // namespace
 
 twohop_comm::~twohop_comm() {
-    for (auto &r : rings) {
-        if (r.active() && !r.cancel(1.0)) quarantined = true;
-    }
-    for (auto &r : rds) {
-        if (r.active() && !r.cancel(1.0)) quarantined = true;
-    }
+    if (!cancel_transfers()) quarantined = true;
     bool aborts_busy = false;
     if (worker && aborts) {
         // The abort receive is pending for the communicator's life; abort sends may be too.

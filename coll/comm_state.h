@@ -133,6 +133,8 @@ struct twohop_comm {
     int wait_all(std::atomic<uint64_t> twohop::RankFlags::*which, uint64_t target);
     /* Polls until done() holds; bounded by timeout_s like wait_for. */
     int poll_until(const std::function<bool()> &done);
+    /* Cancels every in-flight ring and recursive doubling; false when UCX kept a buffer. */
+    bool cancel_transfers();
     /*
      * Records a failed call: cancels in-flight rings (quarantining their buffers when UCX does
      * not let go), tells the local peers through the control block, poisons the communicator.

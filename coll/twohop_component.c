@@ -808,6 +808,16 @@ static int get_counter(const struct mca_base_pvar_t *pvar, void *value, void *ob
     return OPAL_SUCCESS;
 }
 
+/* Registers the read-only, continuous MPI_T counter coll_twohop_<name> reading *value. */
+static void register_counter(const mca_base_component_t *c, const char *name, const char *doc,
+                             const unsigned long long *value) {
+    (void)mca_base_component_pvar_register(
+        c, name, doc, OPAL_INFO_LVL_4, MCA_BASE_PVAR_CLASS_COUNTER,
+        MCA_BASE_VAR_TYPE_UNSIGNED_LONG_LONG, NULL, MCA_BASE_VAR_BIND_NO_OBJECT,
+        MCA_BASE_PVAR_FLAG_READONLY | MCA_BASE_PVAR_FLAG_CONTINUOUS, get_counter, NULL, NULL,
+        (void *)value);
+}
+
 static int twohop_register(void);
 static int twohop_open(void);
 static int twohop_close(void);
@@ -841,28 +851,17 @@ static int twohop_register(void) {
                                           MCA_BASE_VAR_SCOPE_READONLY, &params.name);
 #include "params.def"
 #undef TWOHOP_PARAM
-    (void)mca_base_component_pvar_register(
-        c, "allreduce_calls", "MPI_Allreduce calls executed by twohop's own algorithm",
-        OPAL_INFO_LVL_4, MCA_BASE_PVAR_CLASS_COUNTER, MCA_BASE_VAR_TYPE_UNSIGNED_LONG_LONG, NULL,
-        MCA_BASE_VAR_BIND_NO_OBJECT, MCA_BASE_PVAR_FLAG_READONLY | MCA_BASE_PVAR_FLAG_CONTINUOUS,
-        get_counter, NULL, NULL, &served_calls);
-    (void)mca_base_component_pvar_register(
-        c, "fallback_calls", "MPI_Allreduce calls twohop handed to the previously selected module",
-        OPAL_INFO_LVL_4, MCA_BASE_PVAR_CLASS_COUNTER, MCA_BASE_VAR_TYPE_UNSIGNED_LONG_LONG, NULL,
-        MCA_BASE_VAR_BIND_NO_OBJECT, MCA_BASE_PVAR_FLAG_READONLY | MCA_BASE_PVAR_FLAG_CONTINUOUS,
-        get_counter, NULL, NULL, &fallback_calls);
-    (void)mca_base_component_pvar_register(
-        c, "gpu_path_calls",
-        "MPI_Allreduce calls twohop served with its GPU path (CUDA IPC and device kernels)",
-        OPAL_INFO_LVL_4, MCA_BASE_PVAR_CLASS_COUNTER, MCA_BASE_VAR_TYPE_UNSIGNED_LONG_LONG, NULL,
-        MCA_BASE_VAR_BIND_NO_OBJECT, MCA_BASE_PVAR_FLAG_READONLY | MCA_BASE_PVAR_FLAG_CONTINUOUS,
-        get_counter, NULL, NULL, (void *)twohop_gpu_calls_counter());
-    (void)mca_base_component_pvar_register(
-        c, "gpu_hop1_calls",
-        "Multi-node MPI_Allreduce calls whose hop 1 (node reduce-scatter) ran on the GPU",
-        OPAL_INFO_LVL_4, MCA_BASE_PVAR_CLASS_COUNTER, MCA_BASE_VAR_TYPE_UNSIGNED_LONG_LONG, NULL,
-        MCA_BASE_VAR_BIND_NO_OBJECT, MCA_BASE_PVAR_FLAG_READONLY | MCA_BASE_PVAR_FLAG_CONTINUOUS,
-        get_counter, NULL, NULL, (void *)twohop_gpu_hop1_calls_counter());
+    register_counter(c, "allreduce_calls", "MPI_Allreduce calls executed by twohop's own algorithm",
+                     &served_calls);
+    register_counter(c, "fallback_calls",
+                     "MPI_Allreduce calls twohop handed to the previously selected module",
+                     &fallback_calls);
+    register_counter(c, "gpu_path_calls",
+                     "MPI_Allreduce calls twohop served with its GPU path (CUDA IPC and device "
+                     "kernels)", twohop_gpu_calls_counter());
+    register_counter(c, "gpu_hop1_calls",
+                     "Multi-node MPI_Allreduce calls whose hop 1 (node reduce-scatter) ran on the "
+                     "GPU", twohop_gpu_hop1_calls_counter());
     return OMPI_SUCCESS;
 }
 

@@ -97,6 +97,11 @@ class Worker {
      * false when UCX still owns the buffer (the caller must keep the memory alive).
      */
     bool cancel(Request *r, double max_wait_s);
+    /* Both of a step's transfers (see cancel above): true when both are settled. */
+    bool cancel(Request *a, Request *b, double max_wait_s) {
+        const bool ok = cancel(a, max_wait_s);
+        return cancel(b, max_wait_s) && ok;
+    }
 
   private:
     Worker() = default;

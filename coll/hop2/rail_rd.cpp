@@ -47,13 +47,8 @@ int RdOp::post_step() {
 }
 
 bool RdOp::cancel(double max_wait_s) {
-    bool ok = true;
-    if (w_) {
-        ok = w_->cancel(&recv_, max_wait_s) && ok;
-        ok = w_->cancel(&send_, max_wait_s) && ok;
-    }
     active_ = false;
-    return ok;
+    return w_ == nullptr || w_->cancel(&recv_, &send_, max_wait_s);
 }
 
 int RdOp::advance(bool *finished) {

@@ -49,13 +49,8 @@ int RingOp::post_step() {
 }
 
 bool RingOp::cancel(double max_wait_s) {
-    bool ok = true;
-    if (w_) {
-        ok = w_->cancel(&recv_, max_wait_s) && ok;
-        ok = w_->cancel(&send_, max_wait_s) && ok;
-    }
     active_ = false;
-    return ok;
+    return w_ == nullptr || w_->cancel(&recv_, &send_, max_wait_s);
 }
 
 int RingOp::advance(bool *finished) {
