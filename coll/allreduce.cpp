@@ -333,6 +333,25 @@ int latency_path(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf 
 
 constexpr uint64_t kMaxDepth = 8; // upper bound of coll_twohop_pipeline_depth
 
+/* Where the calling thread spends a pipelined call (verbose 3 only): microseconds per phase. */
+struct PhaseClock {
+    enum Phase { kStart, kHop2, kHop3 };
+    explicit PhaseClock(bool enabled) : on(enabled) {}
+    bool on;
+    double us[3] = {0, 0, 0};
+    Clock::time_point t0{};
+    void mark() {
+        if (on) t0 = Clock::now();
+    }
+    /* Adds the time since the last mark to `p` and marks again. */
+    void add(Phase p) {
+        if (!on) return;
+        const auto t = Clock::now();
+        us[p] += std::chrono::duration<double, std::micro>(t - t0).count();
+        t0 = t;
+    }
+};
+
 struct InFlight {
     uint64_t s;
     Range seg;
@@ -364,16 +383,28 @@ int pipeline_start(twohop_comm *c, const twohop_userbuf &in, uint64_t word,
     publish_arrived(c, set, f.s, word);
     if ((rc = wait_arrived(c, set, f.s, word)) != TWOHOP_OK) return rc;
 
+    // Hop 1 on the GPU: every owned shard's kernel is enqueued, then the fence is polled while
+    // the previous segment's hop-2 transfers keep moving; the rings start once it passed.
+    if (gpu) {
+        for (const int sh : c->my_shards) {
+            const Range r = twohop::split_even(f.seg.count, shards, static_cast<uint64_t>(sh));
+            rc = gpu_hop1_post(c, seg_off + r.offset * ib, r.count,
+                               c->shm.result(set) + r.offset * ib, red.raw());
+            if (rc != TWOHOP_OK) return rc;
+        }
+        if ((rc = gpu_hop1_wait(c)) != TWOHOP_OK) return rc;
+    }
     int posted = 0;
     for (size_t i = 0; i < c->my_shards.size(); ++i) {
         const int sh = c->my_shards[i];
         const Range r = twohop::split_even(f.seg.count, shards, static_cast<uint64_t>(sh));
         char *out = c->shm.result(set) + r.offset * ib;
         const char *own = in.direct ? in.direct + seg_off + r.offset * ib : nullptr;
-        rc = gpu ? gpu_hop1_shard(c, seg_off + r.offset * ib, r.count, out, red.raw())
-                 : reduce_slots(c, set, r.offset * ib, r.count, out, red, own,
-                                c->topo.shard_owner(c->topo.my_node, sh));
-        if (rc != TWOHOP_OK) return rc;
+        if (!gpu) {
+            rc = reduce_slots(c, set, r.offset * ib, r.count, out, red, own,
+                              c->topo.shard_owner(c->topo.my_node, sh));
+            if (rc != TWOHOP_OK) return rc;
+        }
         if (c->rails.empty() || r.count == 0) continue;
         const twohop_rail &rail = c->rails[i];
         rc = c->rings[set * c->rails.size() + i].start(c->worker, rail.right, rail.left, rail.n,
@@ -390,12 +421,15 @@ int pipeline_start(twohop_comm *c, const twohop_userbuf &in, uint64_t word,
 }
 
 int pipeline_finish(twohop_comm *c, const twohop_userbuf &out, const InFlight &f,
-                    const Reducer &red, bool streaming) {
+                    const Reducer &red, bool streaming, PhaseClock *clock) {
     const int set = static_cast<int>(f.s % c->depth);
     const uint64_t ib = red.item_bytes();
     const int node = c->topo.my_node;
+    const bool gpu = c->gpu_hop1.active && out.device != nullptr;
     RankFlags &mine = c->shm.flags(c->topo.local_rank);
+    clock->mark();
     int rc = finish_rings(c, set);
+    clock->add(PhaseClock::kHop2);
     if (rc != TWOHOP_OK) return rc;
     mine.reduced.store(f.s, std::memory_order_release);
     // Hop 3: copy every shard as soon as its owner published it, starting with my own shard
@@ -408,10 +442,16 @@ int pipeline_finish(twohop_comm *c, const twohop_userbuf &out, const InFlight &f
         if (rc != TWOHOP_OK) return rc;
         const Range r = twohop::split_even(f.seg.count, static_cast<uint64_t>(shards),
                                            static_cast<uint64_t>(sh));
-        rc = write_out(c, out, (f.seg.offset + r.offset) * ib, c->shm.result(set) + r.offset * ib,
-                       r.count * ib, streaming);
+        const uint64_t off = (f.seg.offset + r.offset) * ib;
+        const char *src = c->shm.result(set) + r.offset * ib;
+        rc = gpu ? gpu_hop3_post(c, out.device + off, src, r.count * ib)
+                 : write_out(c, out, off, src, r.count * ib, streaming);
         if (rc != TWOHOP_OK) return rc;
     }
+    // The result set is reused by segment s + depth once every local rank is done with it:
+    // the GPU's copies out of it must have completed.
+    if (gpu && (rc = gpu_hop1_wait(c)) != TWOHOP_OK) return rc;
+    clock->add(PhaseClock::kHop3);
     mine.done.store(f.s, std::memory_order_release);
     return TWOHOP_OK;
 }
@@ -426,21 +466,35 @@ int pipeline_path(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf
     // Segments in flight, oldest first: a fixed ring (depth <= kMaxDepth), no allocation.
     InFlight window[kMaxDepth];
     uint64_t first = 0, next = 0; // window holds segments [first, next)
-    for (uint64_t k = 0; k < nseg; ++k) {
+    PhaseClock clock(c->verbose >= 3);
+    int rc = TWOHOP_OK;
+    for (uint64_t k = 0; k < nseg && rc == TWOHOP_OK; ++k) {
         if (next - first == static_cast<uint64_t>(c->depth)) {
-            int rc = pipeline_finish(c, out, window[first++ % kMaxDepth], red, streaming);
-            if (rc != TWOHOP_OK) return rc;
+            rc = pipeline_finish(c, out, window[first++ % kMaxDepth], red, streaming, &clock);
+            if (rc != TWOHOP_OK) break;
         }
         InFlight &f = window[next++ % kMaxDepth];
         f = InFlight{++c->seq, twohop::segment_range(count, seg_items, k), k + 1 == nseg};
-        int rc = pipeline_start(c, in, word, f, red);
-        if (rc != TWOHOP_OK) return rc;
+        clock.mark();
+        rc = pipeline_start(c, in, word, f, red);
+        clock.add(PhaseClock::kStart);
     }
-    while (first < next) {
-        int rc = pipeline_finish(c, out, window[first++ % kMaxDepth], red, streaming);
-        if (rc != TWOHOP_OK) return rc;
+    while (rc == TWOHOP_OK && first < next) {
+        rc = pipeline_finish(c, out, window[first++ % kMaxDepth], red, streaming, &clock);
     }
-    return TWOHOP_OK;
+    if (rc == TWOHOP_OK && clock.on) {
+        char msg[320];
+        std::snprintf(msg, sizeof(msg),
+                      "pipeline: %llu B in %llu segments%s: calling thread in hop 1 (copy in, "
+                      "reduce, post hop 2) %.0f us, waiting for hop 2 %.0f us, hop 3 %.0f us",
+                      static_cast<unsigned long long>(msg_bytes),
+                      static_cast<unsigned long long>(nseg),
+                      c->gpu_hop1.active ? " (hop 1 and 3 on the GPU)" : "",
+                      clock.us[PhaseClock::kStart], clock.us[PhaseClock::kHop2],
+                      clock.us[PhaseClock::kHop3]);
+        c->host.log(3, msg);
+    }
+    return rc;
 }
 
 const char *describe(int rc) {
@@ -499,6 +553,7 @@ extern "C" int twohop_comm_allreduce(twohop_comm *c, const twohop_userbuf *in,
     } else {
         rc = pipeline_path(c, *in, *out, count, reducer);
         if (c->gpu_hop1.active && rc == TWOHOP_OK) gpu_hop1_done();
+        if (c->gpu_hop1.active && rc != TWOHOP_OK) gpu_hop1_quiesce(c);
         c->gpu_hop1.active = false;
     }
     if (rc != TWOHOP_OK) {

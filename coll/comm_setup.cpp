@@ -238,6 +238,7 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
     twohop_comm *c = owner.get();
     c->host = a->host;
     c->timeout_s = prm.timeout;
+    c->verbose = prm.verbose;
     twohop::Exchange ex(c->host, a->rank, a->size, prm.timeout);
     std::string err;
     auto exchange_failed = [&](int rc) {
@@ -391,17 +392,23 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
         }
     }
     if (c->host.log) {
-        char msg[384];
+        char msg[512];
         std::snprintf(msg, sizeof(msg),
                       "comm set up: rank %d of %d, %d node(s), node %d local rank %d of %d, "
-                      "%d shard(s), id %u, shm %llu bytes%s%s",
+                      "%d shard(s), id %u, shm %llu bytes%s%s%s",
                       a->rank, a->size, c->topo.n_nodes(), c->topo.my_node, c->topo.local_rank,
                       c->topo.local_size(), c->topo.n_shards(), c->comm_id,
                       static_cast<unsigned long long>(layout.total_bytes()),
                       c->gpu_round ? ", GPU path for device buffers" : "",
                       c->topo.n_nodes() < 2 ? ""
                       : c->latency_hop2 == 0 ? ", latency path between nodes: recursive doubling"
-                                             : ", latency path between nodes: ring");
+                                             : ", latency path between nodes: ring",
+                      c->worker == nullptr ? ""
+                      : c->worker->cuda_memory()
+                          ? ", UCX reports CUDA memory support (hop 2 still runs from host "
+                            "shared memory)"
+                          : ", UCX without CUDA memory support (hop 2 runs from host shared "
+                            "memory)");
         c->host.log(2, msg);
     }
     *out = owner.release();

@@ -59,6 +59,7 @@ struct twohop_comm {
     uint64_t slot_bytes = 0;
     uint64_t small_bytes = 0;
     uint64_t stream_bytes = 0;     // 0 = never use streaming stores for hop 3
+    int verbose = 0;               // coll_twohop_verbose (what is worth formatting)
     uint32_t comm_id = 0;          // agreed at set-up, unique among this process's communicators
     bool id_reserved = false;
     uint64_t seq = 0;              // segments processed on this communicator (same on all ranks)

@@ -177,11 +177,15 @@ void gpu_hop1_done() { g_hop1_calls.fetch_add(1, std::memory_order_relaxed); }
 bool gpu_node_capable() { return cuda::kernels_available(); }
 
 GpuHop1::~GpuHop1() {
+    if (pending && fence.record(device)) { // a failed call's work: let it end before unmapping
+        while (fence.query() == 0) {
+        }
+    }
     if (shm_host) cuda::host_unregister(reg_device, shm_host);
 }
 
-int gpu_hop1_shard(twohop_comm *c, uint64_t off, uint64_t items, char *result,
-                   const twohop_reduction &red) {
+int gpu_hop1_post(twohop_comm *c, uint64_t off, uint64_t items, char *result,
+                  const twohop_reduction &red) {
     GpuHop1 &h = c->gpu_hop1;
     twohop_gpu_args a;
     std::memset(&a, 0, sizeof(a));
@@ -192,10 +196,44 @@ int gpu_hop1_shard(twohop_comm *c, uint64_t off, uint64_t items, char *result,
     a.nout = 1;
     a.n = items * red.elems_per_item;
     choose_vector(&a, twohop_dtype_size(red.dtype), h.one_device);
-    if (!cuda::launch_and_wait(h.device, kernel_name(red.dtype, red.op), &a, sizeof(a), a.n)) {
+    if (!cuda::launch(h.device, kernel_name(red.dtype, red.op), &a, sizeof(a), a.n)) {
         return gpu_error(c, "the hop-1 kernel failed on local rank", c->topo.local_rank);
     }
+    h.pending = true;
     return TWOHOP_OK;
+}
+
+int gpu_hop3_post(twohop_comm *c, char *dst, const char *src, uint64_t len) {
+    GpuHop1 &h = c->gpu_hop1;
+    if (!cuda::copy_async(h.device, dst, src, len)) {
+        return gpu_error(c, "the hop-3 copy failed on local rank", c->topo.local_rank);
+    }
+    h.pending = true;
+    return TWOHOP_OK;
+}
+
+int gpu_hop1_wait(twohop_comm *c) {
+    GpuHop1 &h = c->gpu_hop1;
+    if (!h.pending) return TWOHOP_OK;
+    if (!h.fence.record(h.device)) {
+        return gpu_error(c, "recording a CUDA event failed on local rank", c->topo.local_rank);
+    }
+    int q = 0;
+    const int rc = c->poll_until([&h, &q] { return (q = h.fence.query()) != 0; });
+    if (rc != TWOHOP_OK) return rc;
+    if (q < 0) return gpu_error(c, "twohop's GPU work failed on local rank", c->topo.local_rank);
+    h.pending = false;
+    return TWOHOP_OK;
+}
+
+void gpu_hop1_quiesce(twohop_comm *c) {
+    GpuHop1 &h = c->gpu_hop1;
+    if (!h.pending) return;
+    if (h.fence.record(h.device)) {
+        while (h.fence.query() == 0) {
+        }
+    }
+    h.pending = false;
 }
 
 GpuStaging::~GpuStaging() {
@@ -265,7 +303,7 @@ int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_us
         return TWOHOP_OK;
     }
 
-    if (c->topo.n_nodes() > 1) { // hop 1 only: the pipeline runs it per shard (gpu_hop1_shard)
+    if (c->topo.n_nodes() > 1) { // hop 1 and hop 3 only: the pipeline enqueues them per segment (gpu_hop1_post, gpu_hop3_post)
         GpuHop1 &h = c->gpu_hop1;
         for (int l = 0; l < L; ++l) {
             if (l == me) {
@@ -313,7 +351,7 @@ int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_us
     a.nin = a.nout = L;
     a.n = sh.count * red.elems_per_item;
     choose_vector(&a, twohop_dtype_size(red.dtype), one_device);
-    if (c->host.log) {
+    if (c->verbose >= 3) {
         char msg[320];
         std::snprintf(msg, sizeof(msg),
                       "GPU path: seq %llu shard %llu+%llu, staged in %d out %d, vector %d, "

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "cuda_driver.h"
 #include "reducer.h"
 #include "twohop_core.h"
 
@@ -48,15 +49,17 @@ int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_us
                        uint64_t count, const twohop_reduction &red, bool *taken);
 
 /*
- * Multi-node communicators: hop 1 on the GPU. When the node's ranks agreed for a call (the
- * same rounds as the GPU path), each shard owner's kernel reads its shard of every local
- * rank's device input (CUDA IPC) and writes the node's partial result straight into the
+ * Multi-node communicators: hop 1 and hop 3 on the GPU. When the node's ranks agreed for a
+ * call (the same rounds as the GPU path), each shard owner's kernel reads its shard of every
+ * local rank's device input (CUDA IPC) and writes the node's partial result straight into the
  * segment's result buffer in host shared memory (registered with the driver, so the kernel
- * writes it over PCIe): hop 2 then runs on the host as always, and hop 3 copies the result
- * into the device receive buffers with driver copies.
+ * writes it over PCIe); hop 2 then runs on the host as always, and hop 3 copies each shard's
+ * result from there into the device receive buffer with asynchronous copies. Kernels and
+ * copies go to twohop's own stream; the pipeline polls a fence (a CUDA event) while it keeps
+ * the other segment's hop-2 transfers moving, instead of blocking in a stream synchronisation.
  */
 struct GpuHop1 {
-    bool active = false;            // this call's pipeline runs hop 1 on the GPU
+    bool active = false;            // this call's pipeline runs hop 1 and hop 3 on the GPU
     int device = -1;
     bool one_device = false;        // every local input is on this rank's GPU
     char *in[16] = {};              // every local rank's input (canonical start), mapped here
@@ -64,13 +67,28 @@ struct GpuHop1 {
     char *shm_dev = nullptr;
     int reg_device = -1;
     uint64_t reg_bytes = 0;
+    twohop::cuda::Fence fence;      // end of the work enqueued for the current segment
+    bool pending = false;           // work was enqueued since the fence was last passed
     ~GpuHop1();
 };
 
-/* Runs hop 1 of one shard on the GPU: result = in_0 op ... op in_{L-1} over `items` items at
- * byte offset `off` of the message, into `result` (host shared memory). */
-int gpu_hop1_shard(twohop_comm *c, uint64_t off, uint64_t items, char *result,
-                   const twohop_reduction &red);
+/* Enqueues hop 1 of one shard on the GPU: result = in_0 op ... op in_{L-1} over `items` items
+ * at byte offset `off` of the message, into `result` (host shared memory). Returns at once;
+ * gpu_hop1_wait tells when it is done. */
+int gpu_hop1_post(twohop_comm *c, uint64_t off, uint64_t items, char *result,
+                  const twohop_reduction &red);
+
+/* Enqueues hop 3 of one shard: `len` bytes from `src` (host shared memory) to the device
+ * address `dst` (the receive buffer). Returns at once. */
+int gpu_hop3_post(twohop_comm *c, char *dst, const char *src, uint64_t len);
+
+/* Waits (polling c, so in-flight hop-2 transfers progress) until everything enqueued by
+ * gpu_hop1_post / gpu_hop3_post has completed. Returns a twohop_status. */
+int gpu_hop1_wait(twohop_comm *c);
+
+/* After a failed call: waits without polling until twohop's enqueued GPU work finished (it
+ * waits on nothing else, so it ends), so shared memory it reads or writes can be released. */
+void gpu_hop1_quiesce(twohop_comm *c);
 
 /* Counts a call whose hop 1 ran on the GPU (MPI_T coll_twohop_gpu_hop1_calls). */
 void gpu_hop1_done();

@@ -13,12 +13,14 @@
  *          --expect-gpu (one node, GPUs that reach each other) the GPU path must serve exactly
  *          the calls where every rank passes device memory (any kind but pinned host) as both
  *          buffers.
- *        device_allreduce bench [--stage] [--max BYTES]
+ *        device_allreduce bench [--stage] [--pinned] [--max BYTES]
  *          MPI_FLOAT sum on device buffers, 8 B .. BYTES (default 256 MiB, x4 steps): median
  *          over iterations of the slowest rank's time, the calling thread's CPU time per call,
  *          and the HBM bound (all ranks copy n bytes device-to-device at once) measured in the
  *          same run; --stage times device->host copy, MPI_Allreduce on host, host->device copy
- *          instead (the way users stage by hand with a non-CUDA-aware MPI).
+ *          instead (the way users stage by hand with a non-CUDA-aware MPI); --pinned adds the
+ *          pinned-copy bound: all ranks copy n bytes device-to-pinned-host at once (pinned_us),
+ *          the node's PCIe bandwidth that host-staged hop 2 must go through twice.
  * Each rank uses GPU (local rank mod device count). Exit 0 on success.
  */
 #define _GNU_SOURCE
@@ -204,20 +206,20 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-static int bench(bool stage, size_t max_bytes) {
+static int bench(bool stage, bool pinned, size_t max_bytes) {
     float *d_in, *d_out, *h_in = NULL, *h_out = NULL;
     CK(cudaMalloc((void **)&d_in, max_bytes));
     CK(cudaMalloc((void **)&d_out, max_bytes));
     CK(cudaMemset(d_in, 0, max_bytes));
-    if (stage) {
+    if (stage || pinned) {
         CK(cudaMallocHost((void **)&h_in, max_bytes));
         CK(cudaMallocHost((void **)&h_out, max_bytes));
     }
     if (rank == 0) {
         printf("# device_allreduce bench: %d ranks, MPI_FLOAT sum, %s\n", size,
                stage ? "staged by hand (D2H, MPI_Allreduce on host, H2D)" : "device buffers");
-        printf("%12s %12s %10s %12s %12s %9s\n", "bytes", "median_us", "busbw_GBs", "bound_us",
-               "of_bound_%", "cpu_us");
+        printf("%12s %12s %10s %12s %12s %9s%s\n", "bytes", "median_us", "busbw_GBs", "bound_us",
+               "of_bound_%", "cpu_us", pinned ? "    pinned_us pinned_GBs" : "");
     }
     for (size_t n = 8; n <= max_bytes; n = n * 4 > max_bytes && n < max_bytes ? max_bytes : n * 4) {
         const int iters = n <= (1 << 20) ? 50 : n <= (16 << 20) ? 20 : 8;
@@ -261,15 +263,31 @@ static int bench(bool stage, size_t max_bytes) {
          * output) at the rate of all p ranks copying n bytes at once, i.e. that copy's time. */
         const double bound = b[2];
         const double busbw = n / med * 2.0 * (size - 1) / size / 1e9;
+        /* Pinned-copy bound: every rank copies n bytes device -> pinned host at once. */
+        double pin = 0;
+        if (pinned) {
+            for (int i = 0; i < 5; i++) {
+                MPI_Barrier(MPI_COMM_WORLD);
+                double t0 = MPI_Wtime();
+                CK(cudaMemcpy(h_in, d_in, n, cudaMemcpyDeviceToHost));
+                double dt = MPI_Wtime() - t0, worst;
+                MPI_Allreduce(&dt, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+                b[i] = worst;
+            }
+            qsort(b, 5, sizeof(double), cmp_double);
+            pin = b[2];
+        }
         if (rank == 0) {
-            printf("%12zu %12.1f %10.2f %12.1f %12.1f %9.1f\n", n, med * 1e6, busbw, bound * 1e6,
+            printf("%12zu %12.1f %10.2f %12.1f %12.1f %9.1f", n, med * 1e6, busbw, bound * 1e6,
                    100.0 * bound / med, cpu * 1e6);
+            if (pinned) printf(" %12.1f %10.2f", pin * 1e6, (double)n * size / pin / 1e9);
+            printf("\n");
         }
         free(t);
     }
     CK(cudaFree(d_in));
     CK(cudaFree(d_out));
-    if (stage) {
+    if (stage || pinned) {
         CK(cudaFreeHost(h_in));
         CK(cudaFreeHost(h_out));
     }
@@ -295,15 +313,16 @@ int main(int argc, char **argv) {
     CK(cudaMemPoolCreate(&custom_pool, &props));
     twohop_pvars_open(&pv);
     const char *mode = argc > 1 ? argv[1] : "check";
-    bool expect = false, stage = false;
+    bool expect = false, stage = false, pinned = false;
     size_t max_bytes = 256u << 20;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--expect-twohop")) expect = true;
         else if (!strcmp(argv[i], "--expect-gpu")) expect_gpu = true;
         else if (!strcmp(argv[i], "--stage")) stage = true;
+        else if (!strcmp(argv[i], "--pinned")) pinned = true;
         else if (!strcmp(argv[i], "--max") && i + 1 < argc) max_bytes = strtoull(argv[++i], NULL, 0);
     }
-    int rc = !strcmp(mode, "bench") ? bench(stage, max_bytes) : check(expect);
+    int rc = !strcmp(mode, "bench") ? bench(stage, pinned, max_bytes) : check(expect);
     twohop_pvars_close(&pv);
     CK(cudaMemPoolDestroy(custom_pool));
     MPI_Finalize();

@@ -2,8 +2,10 @@
 # The GPU machine's one call: build twohop against that machine's Open MPI, run the unit tests,
 # the device-buffer checks and the device benchmark, and print the tables last.
 #
-# usage (on the GPU machine, from the repository root): bash scripts/gpu_check.sh [quick]
+# usage (on the GPU machine, from the repository root): bash scripts/gpu_check.sh [quick|vnodes]
 #   quick: checks only, no benchmark.
+#   vnodes: only the two-virtual-node checks and benchmarks (hop 1 and 3 on the GPU, hop 2 on
+#           the host), with the references they are compared with.
 # Needs UCX headers and nlohmann-json, which that machine lacks: on a Debian/Ubuntu machine
 # with network, `mkdir -p .debs && (cd .debs && apt-get download libucx-dev nlohmann-json3-dev)`
 # and carry the .debs folder (ignored by git). They are unpacked under /tmp, never into /.
@@ -55,6 +57,7 @@ run() { # run NP VNODES GPUS -- PROGRAM ARGS
     local extra=()
     [[ -n $vn ]] && extra=(-v "$vn")
     [[ -n ${CHECK_VERBOSE:-} ]] && extra+=(-m coll_twohop_verbose=1)
+    [[ -n ${RUN_MCA:-} ]] && extra+=(-m "$RUN_MCA")
     CUDA_VISIBLE_DEVICES=$gpus bash mpi_tests/run_mpi.sh -n "$np" -b "$build" -t 500 \
         "${extra[@]}" -- "$@"
 }
@@ -81,6 +84,8 @@ if meson test -C "$build" --list 2>/dev/null | grep -qx unit; then
 else
     summary+=("SKIP unit (no GoogleTest found)")
 fi
+mode=${1:-full}
+if [[ $mode != vnodes ]]; then
 check np2_one_gpu 2 "" 0 --expect-gpu
 check np4_one_gpu 4 "" 0 --expect-gpu
 check np4_rr2_one_gpu 4 rr:2 0
@@ -116,6 +121,10 @@ osu() { # osu NAME NP GPUS
 }
 osu np4_one_gpu 4 0
 ((ngpu >= 2)) && osu np2_two_gpus 2 0,1
+fi # not vnodes
+if [[ $mode == vnodes ]]; then
+    check np4_rr2_one_gpu 4 rr:2 0
+fi
 # Two virtual nodes of two ranks on one GPU: hop 1 on the GPU, hop 2 on the host.
 if run 4 rr:2 0 -- "$build/mpi_tests/twohop_osu_allreduce" -d cuda -c -f --expect-twohop \
     -T mpi_float -m 8:67108864 -i 10 -x 3 >"$out/osu_np4_rr2_one_gpu.txt" 2>&1 &&
@@ -126,7 +135,7 @@ else
     status=1
 fi
 
-if [[ ${1:-} != quick ]]; then
+if [[ $mode == full ]]; then
     for np in 2 4 8; do
         run $np "" 0 -- "$build/mpi_tests/device_allreduce" bench --max 268435456 \
             >"$out/bench_twohop_np$np.txt" 2>&1
@@ -143,6 +152,24 @@ if [[ ${1:-} != quick ]]; then
         fi
     fi
 fi
+if [[ $mode == full || $mode == vnodes ]]; then
+    # Two virtual nodes of two ranks on one GPU: device buffers (hop 1 and 3 on the GPU, hop 2
+    # on the host) against the same call staged by hand through pinned host memory (hop 2 of
+    # twohop's host path), with the pinned-copy bound measured in the same run.
+    run 4 rr:2 0 -- "$build/mpi_tests/device_allreduce" bench --pinned --max 67108864 \
+        >"$out/bench_vnodes_twohop_np4.txt" 2>&1
+    run 4 rr:2 0 -- "$build/mpi_tests/device_allreduce" bench --stage --max 67108864 \
+        >"$out/bench_vnodes_stage_np4.txt" 2>&1
+    # Host buffers on the same virtual nodes: what hop 2 between two processes of one host
+    # costs without any GPU.
+    run 4 rr:2 0 -- "$build/mpi_tests/twohop_osu_allreduce" -f -T mpi_float -m 8:67108864 \
+        -i 10 -x 3 >"$out/osu_vnodes_host_np4.txt" 2>&1
+    # Where the calling thread spends a 64 MiB call (verbose 3: one line per call and rank).
+    RUN_MCA=coll_twohop_verbose=3 run 4 rr:2 0 -- "$build/mpi_tests/twohop_osu_allreduce" \
+        -d cuda -f -T mpi_float -m 67108864:67108864 -i 3 -x 1 >"$out/phases_vnodes.log" 2>&1
+    RUN_MCA=coll_twohop_verbose=3 run 4 rr:2 0 -- "$build/mpi_tests/twohop_osu_allreduce" \
+        -f -T mpi_float -m 67108864:67108864 -i 3 -x 1 >"$out/phases_vnodes_host.log" 2>&1
+fi
 
 echo "================ gpu_check summary"
 printf '%s\n' "${summary[@]}"
@@ -155,5 +182,10 @@ for f in "$out"/osu_*.txt; do
     [[ -f $f ]] || continue
     echo "== $(basename "$f")"
     grep -E "^# twohop|^# valid|^# --expect|^(8|1048576|67108864|268435456) " "$f"
+done
+for f in "$out"/phases_*.log; do
+    [[ -f $f ]] || continue
+    echo "== $(basename "$f")"
+    grep -o "pipeline: .*" "$f" | tail -n 4
 done
 exit $status

@@ -101,6 +101,11 @@ int Worker::instance(const ConfigPairs &config, bool thread_multi, Worker **out,
         delete w;
         return TWOHOP_ERR_TRANSPORT;
     }
+    ucp_context_attr_t ca;
+    std::memset(&ca, 0, sizeof(ca));
+    ca.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+    w->cuda_memory_ = ucp_context_query(w->context_, &ca) == UCS_OK &&
+                      (ca.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
     ucp_worker_params_t wp;
     std::memset(&wp, 0, sizeof(wp));
     wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;

@@ -70,6 +70,13 @@ class Worker {
     /* Closes every endpoint, the worker and the context. Safe to call when never created. */
     static void shutdown();
 
+    /*
+     * True when the UCP context reports CUDA device memory among the memory types its transports
+     * can send from and receive into (ucp_context_query, UCP_ATTR_FIELD_MEMORY_TYPES): a UCX
+     * built with CUDA support and its cuda_copy/cuda_ipc/gdr_copy transports available.
+     */
+    bool cuda_memory() const { return cuda_memory_; }
+
     /* This worker's address blob, to be exchanged with peers. */
     const std::vector<uint8_t> &address() const { return address_; }
 
@@ -114,6 +121,7 @@ class Worker {
     std::unordered_map<uint64_t, std::unique_ptr<Endpoint>> eps_;
     std::mutex eps_mutex_;
     bool mt_ = false;       // serialise UCX calls with mt_mutex_ (MPI_THREAD_MULTIPLE)
+    bool cuda_memory_ = false;
     std::mutex mt_mutex_;
 };
 

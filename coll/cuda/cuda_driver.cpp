@@ -44,6 +44,11 @@ struct Driver {
     CUresult (*device_get)(CUdevice *, int);
     CUresult (*primary_ctx_retain)(CUcontext *, CUdevice);
     CUresult (*stream_synchronize)(CUstream);
+    CUresult (*memcpy_async)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+    CUresult (*event_create)(CUevent *, unsigned int);
+    CUresult (*event_record)(CUevent, CUstream);
+    CUresult (*event_query)(CUevent);
+    CUresult (*event_destroy)(CUevent);
 };
 
 Driver g_drv;
@@ -99,7 +104,12 @@ void do_load() {
                sym(h, "cuIpcCloseMemHandle", &g_drv.ipc_close_mem_handle) &&
                sym(h, "cuMemHostRegister_v2", &g_drv.mem_host_register) &&
                sym(h, "cuMemHostUnregister", &g_drv.mem_host_unregister) &&
-               sym(h, "cuMemHostGetDevicePointer_v2", &g_drv.mem_host_get_device_pointer);
+               sym(h, "cuMemHostGetDevicePointer_v2", &g_drv.mem_host_get_device_pointer) &&
+               sym(h, "cuMemcpyAsync", &g_drv.memcpy_async) &&
+               sym(h, "cuEventCreate", &g_drv.event_create) &&
+               sym(h, "cuEventRecord", &g_drv.event_record) &&
+               sym(h, "cuEventQuery", &g_drv.event_query) &&
+               sym(h, "cuEventDestroy_v2", &g_drv.event_destroy);
     g_error_name = reinterpret_cast<CUresult (*)(CUresult, const char **)>(dlsym(h, "cuGetErrorName"));
 }
 
@@ -378,16 +388,27 @@ bool can_access(int device, int peer) {
 extern "C" const unsigned char twohop_gpu_fatbin[];
 bool kernels_available() { return g_loaded; }
 
-bool launch_and_wait(int device, const char *name, const void *args, std::size_t arg_bytes,
-                     unsigned long long n) {
+/* twohop's own non-blocking stream on `device` (created once; the caller's context scope must
+ * hold `device`'s primary context). nullptr on failure. */
+CUstream own_stream(int device) {
+    static std::mutex m;
+    static std::map<int, CUstream> streams;
+    std::lock_guard<std::mutex> lock(m);
+    auto &s = streams[device];
+    if (s == nullptr && !ok(g_drv.stream_create(&s, CU_STREAM_NON_BLOCKING), "cuStreamCreate")) {
+        s = nullptr;
+    }
+    return s;
+}
+
+bool launch(int device, const char *name, const void *args, std::size_t arg_bytes,
+            unsigned long long n) {
     static std::mutex m;
     static std::map<std::pair<int, std::string>, CUfunction> funcs;
     static std::map<int, CUmodule> modules;
-    static std::map<int, CUstream> streams;
     CtxScope ctx(device);
     if (!ctx.ok()) return false;
     CUfunction f;
-    CUstream st;
     {
         std::lock_guard<std::mutex> lock(m);
         auto &mod = modules[device];
@@ -403,27 +424,29 @@ bool launch_and_wait(int device, const char *name, const void *args, std::size_t
             return false;
         }
         f = fn;
-        auto &s = streams[device];
-        if (s == nullptr && g_drv.stream_create(&s, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
-            s = nullptr;
-            return false;
-        }
-        st = s;
     }
+    CUstream st = own_stream(device);
+    if (st == nullptr) return false;
     if (n == 0) return true;
     const unsigned block = 256;
     unsigned long long blocks = (n + block - 1) / block;
     if (blocks > 4096) blocks = 4096; // grid-stride loop covers the rest
     void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<void *>(args),
                      CU_LAUNCH_PARAM_BUFFER_SIZE, &arg_bytes, CU_LAUNCH_PARAM_END};
-    if (!ok(g_drv.launch_kernel(f, static_cast<unsigned>(blocks), 1, 1, block, 1, 1, 0, st,
-                                nullptr, extra), "cuLaunchKernel")) {
-        return false;
-    }
-    return ok(g_drv.stream_synchronize(st), "cuStreamSynchronize (kernel)");
+    return ok(g_drv.launch_kernel(f, static_cast<unsigned>(blocks), 1, 1, block, 1, 1, 0, st,
+                                  nullptr, extra), "cuLaunchKernel");
+}
+
+bool launch_and_wait(int device, const char *name, const void *args, std::size_t arg_bytes,
+                     unsigned long long n) {
+    if (!launch(device, name, args, arg_bytes, n)) return false;
+    CtxScope ctx(device);
+    CUstream st = ctx.ok() ? own_stream(device) : nullptr;
+    return st && ok(g_drv.stream_synchronize(st), "cuStreamSynchronize (kernel)");
 }
 #else
 bool kernels_available() { return false; }
+bool launch(int, const char *, const void *, std::size_t, unsigned long long) { return false; }
 bool launch_and_wait(int, const char *, const void *, std::size_t, unsigned long long) {
     return false;
 }
@@ -469,6 +492,46 @@ bool sync_input(int device) {
     return ctx.ok() && g_drv.stream_synchronize(CU_STREAM_LEGACY) == CUDA_SUCCESS;
 }
 
+bool copy_async(int device, void *dst, const void *src, std::size_t n) {
+    if (n == 0) return true;
+    CtxScope ctx(device);
+    CUstream st = ctx.ok() ? own_stream(device) : nullptr;
+    return st && ok(g_drv.memcpy_async(reinterpret_cast<CUdeviceptr>(dst),
+                                       reinterpret_cast<CUdeviceptr>(src), n, st),
+                    "cuMemcpyAsync");
+}
+
+Fence::~Fence() {
+    if (event_ && g_loaded) {
+        CtxScope ctx(device_);
+        if (ctx.ok()) g_drv.event_destroy(static_cast<CUevent>(event_));
+    }
+}
+
+bool Fence::record(int device) {
+    CtxScope ctx(device);
+    if (!ctx.ok()) return false;
+    if (event_ && device_ != device) {
+        g_drv.event_destroy(static_cast<CUevent>(event_));
+        event_ = nullptr;
+    }
+    if (event_ == nullptr) {
+        CUevent e;
+        if (!ok(g_drv.event_create(&e, CU_EVENT_DISABLE_TIMING), "cuEventCreate")) return false;
+        event_ = e;
+        device_ = device;
+    }
+    CUstream st = own_stream(device);
+    return st && ok(g_drv.event_record(static_cast<CUevent>(event_), st), "cuEventRecord");
+}
+
+int Fence::query() const {
+    if (event_ == nullptr) return 1;
+    const CUresult r = g_drv.event_query(static_cast<CUevent>(event_));
+    if (r == CUDA_ERROR_NOT_READY) return 0;
+    return ok(r, "cuEventQuery") ? 1 : -1;
+}
+
 #else // built without CUDA headers: host memory only
 
 bool load(std::string *why) {
@@ -485,10 +548,15 @@ bool pci_bus_id(int, char *, int) { return false; }
 int device_by_pci(const char *) { return -1; }
 bool can_access(int, int) { return false; }
 bool kernels_available() { return false; }
+bool launch(int, const char *, const void *, std::size_t, unsigned long long) { return false; }
 bool launch_and_wait(int, const char *, const void *, std::size_t, unsigned long long) {
     return false;
 }
 bool sync_input(int) { return false; }
+bool copy_async(int, void *, const void *, std::size_t) { return false; }
+Fence::~Fence() {}
+bool Fence::record(int) { return false; }
+int Fence::query() const { return -1; }
 void *device_alloc(int, std::size_t) { return nullptr; }
 const char *last_error() { return "no CUDA support"; }
 void *host_register(int, void *, std::size_t) { return nullptr; }

@@ -80,12 +80,43 @@ bool can_access(int device, int peer);
 /* True when the device kernels (gpu_kernels.cu) are built in and the driver is loaded. */
 bool kernels_available();
 /*
- * Runs kernel `name` of the embedded module on `device` (twohop's own non-blocking stream in
- * the device's primary context) with the by-value argument `args` (arg_bytes bytes) over n
- * elements, and waits for it. False on a driver error.
+ * Enqueues kernel `name` of the embedded module on `device` (twohop's own non-blocking stream
+ * in the device's primary context) with the by-value argument `args` (arg_bytes bytes) over n
+ * elements; returns at once. False on a driver error.
  */
+bool launch(int device, const char *name, const void *args, std::size_t arg_bytes,
+            unsigned long long n);
+/* launch, then waits for twohop's stream on `device`. */
 bool launch_and_wait(int device, const char *name, const void *args, std::size_t arg_bytes,
                      unsigned long long n);
+/*
+ * Enqueues a copy of n bytes (unified addresses; host memory must be registered or pinned for
+ * the copy to be asynchronous) on twohop's stream on `device`, after the work launched there.
+ * False on a driver error.
+ */
+bool copy_async(int device, void *dst, const void *src, std::size_t n);
+
+/*
+ * Completion of the work enqueued so far on twohop's stream on one device (a CUDA event,
+ * created on first use, reused). query() lets the caller poll (and keep other transfers
+ * moving) instead of blocking in a stream synchronisation.
+ */
+class Fence {
+  public:
+    Fence() = default;
+    Fence(const Fence &) = delete;
+    Fence &operator=(const Fence &) = delete;
+    ~Fence();
+    /* Marks the current end of twohop's stream on `device`. False on a driver error. */
+    bool record(int device);
+    /* 1 when everything before the mark completed (or nothing was marked), 0 while pending,
+     * -1 on a driver error (the stream's work failed). */
+    int query() const;
+
+  private:
+    void *event_ = nullptr; // CUevent
+    int device_ = -1;
+};
 /*
  * Device memory twohop allocates itself (cuMemAlloc, IPC-exportable) in `device`'s primary
  * context, for ranks whose buffers cannot be exported (stream-ordered pools, managed memory).
