@@ -34,6 +34,7 @@
 #include <string>
 
 #include "comm_state.h"
+#include "cuda_driver.h"
 #include "gpu_node.h"
 #include "reducer.h"
 #include "segment_plan.h"
@@ -517,9 +518,65 @@ const char *describe(int rc) {
 
 } // namespace
 
-extern "C" int twohop_comm_allreduce(twohop_comm *c, const twohop_userbuf *in,
-                                     const twohop_userbuf *out, uint64_t count,
-                                     const twohop_reduction *red, char *why, size_t whylen) {
+namespace {
+
+/*
+ * One call, after the poisoned check. enqueue: the stream-ordered form (the application's
+ * `stream` is not known to be complete yet); *enqueued = 1 when the call stayed on the stream.
+ * Every other path first waits for the stream (join), then runs as a blocking call. A
+ * communicator runs at most one GPU vote per call, whichever form each rank called: a rank
+ * that declined the stream-ordered path goes on with the host path, as the ranks that called
+ * the blocking form after their vote. Returns a twohop_status (the caller records failures).
+ */
+int run_call(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out,
+             uint64_t count, const twohop_reduction &red, bool enqueue, void *stream,
+             int *enqueued) {
+    // A stream-ordered call still running on this rank's GPU writes this rank's flags: the
+    // host must not write them before it has (gpu_node_enqueue drains itself if it declines).
+    int rc = enqueue ? TWOHOP_OK : gpu_enqueue_drain(c);
+    if (rc != TWOHOP_OK) return rc;
+    bool joined = !enqueue;
+    auto join = [&joined, stream]() {
+        if (joined) return TWOHOP_OK;
+        joined = true;
+        return twohop_stream_sync(stream) == 0 ? TWOHOP_OK : TWOHOP_ERR_TRANSPORT;
+    };
+    const Reducer reducer(red);
+    // The path must be the same on every rank: scale by the largest node's rank count (the
+    // shard count), not by this node's.
+    const uint64_t bytes = count * red.item_bytes;
+    const bool latency = bytes <= c->slot_bytes &&
+                         bytes * static_cast<uint64_t>(c->topo.n_shards()) <= c->small_bytes;
+    // GPU rounds: on one node the whole call can run on the GPU; with several nodes hop 1 of
+    // the pipeline can (the latency path stays on the host).
+    if (c->gpu_round && (c->topo.n_nodes() == 1 || !latency)) {
+        bool taken = false;
+        if (enqueue && c->topo.n_nodes() == 1) {
+            rc = gpu_node_enqueue(c, in, out, count, red, stream, &taken);
+            if (rc != TWOHOP_OK) return rc;
+            if (taken) {
+                *enqueued = 1;
+                return TWOHOP_OK;
+            }
+        } else {
+            if ((rc = join()) != TWOHOP_OK) return rc;
+            rc = gpu_node_allreduce(c, in, out, count, red, &taken);
+            if (rc != TWOHOP_OK || taken) return rc;
+        }
+    }
+    if ((rc = join()) != TWOHOP_OK) return rc;
+    if (latency) return latency_path(c, in, out, count, reducer);
+    rc = pipeline_path(c, in, out, count, reducer);
+    if (c->gpu_hop1.active && rc == TWOHOP_OK) gpu_hop1_done();
+    if (c->gpu_hop1.active && rc != TWOHOP_OK) gpu_hop1_quiesce(c);
+    c->gpu_hop1.active = false;
+    return rc;
+}
+
+/* The poisoned check and failure recording around run_call. */
+int call(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out, uint64_t count,
+         const twohop_reduction &red, bool enqueue, void *stream, int *enqueued, char *why,
+         size_t whylen) {
     if (c->poisoned != TWOHOP_OK) {
         if (why && whylen) {
             std::snprintf(why, whylen, "an earlier twohop allreduce on this communicator failed "
@@ -528,39 +585,36 @@ extern "C" int twohop_comm_allreduce(twohop_comm *c, const twohop_userbuf *in,
         return TWOHOP_ERR_POISONED;
     }
     if (count == 0) return TWOHOP_OK;
-    const Reducer reducer(*red);
-    // The path must be the same on every rank: scale by the largest node's rank count (the
-    // shard count), not by this node's.
-    const uint64_t bytes = count * red->item_bytes;
-    const bool latency = bytes <= c->slot_bytes &&
-                         bytes * static_cast<uint64_t>(c->topo.n_shards()) <= c->small_bytes;
-    int rc;
-    // GPU rounds: on one node the whole call can run on the GPU; with several nodes hop 1 of
-    // the pipeline can (the latency path stays on the host).
-    if (c->gpu_round && (c->topo.n_nodes() == 1 || !latency)) {
-        bool taken = false;
-        rc = gpu_node_allreduce(c, *in, *out, count, *red, &taken);
-        if (rc != TWOHOP_OK || taken) {
-            if (rc != TWOHOP_OK) {
-                c->fail(rc, describe(rc));
-                if (why && whylen) std::snprintf(why, whylen, "%s", describe(rc));
-            }
-            return rc;
-        }
-    }
-    if (latency) {
-        rc = latency_path(c, *in, *out, count, reducer);
-    } else {
-        rc = pipeline_path(c, *in, *out, count, reducer);
-        if (c->gpu_hop1.active && rc == TWOHOP_OK) gpu_hop1_done();
-        if (c->gpu_hop1.active && rc != TWOHOP_OK) gpu_hop1_quiesce(c);
-        c->gpu_hop1.active = false;
-    }
+    const int rc = run_call(c, in, out, count, red, enqueue, stream, enqueued);
     if (rc != TWOHOP_OK) {
         c->fail(rc, describe(rc));
         if (why && whylen) std::snprintf(why, whylen, "%s", describe(rc));
     }
     return rc;
+}
+
+} // namespace
+
+extern "C" int twohop_comm_allreduce(twohop_comm *c, const twohop_userbuf *in,
+                                     const twohop_userbuf *out, uint64_t count,
+                                     const twohop_reduction *red, char *why, size_t whylen) {
+    int enqueued = 0;
+    return call(c, *in, *out, count, *red, false, nullptr, &enqueued, why, whylen);
+}
+
+extern "C" int twohop_comm_allreduce_enqueue(twohop_comm *c, const twohop_userbuf *in,
+                                             const twohop_userbuf *out, uint64_t count,
+                                             const twohop_reduction *red, void *stream,
+                                             int *enqueued, char *why, size_t whylen) {
+    *enqueued = 0;
+    return call(c, *in, *out, count, *red, true, stream, enqueued, why, whylen);
+}
+
+extern "C" int twohop_stream_sync(void *stream) {
+    const int dev = stream ? twohop::cuda::stream_device(stream) : -1;
+    if (stream && dev < 0) return -1;
+    if (!stream) return twohop::cuda::sync_current() ? 0 : -1;
+    return twohop::cuda::stream_sync(dev, stream) ? 0 : -1;
 }
 
 extern "C" void twohop_comm_abort(twohop_comm *c, int status, const char *why) {

@@ -208,6 +208,8 @@ void clean_stale_once(const twohop_host &h, uint64_t pidns) {
 } // namespace
 
 twohop_comm::~twohop_comm() {
+    // Stream-ordered calls still on the GPU read and write the shared segment: let them end.
+    (void)gpu_enqueue_drain(this);
     if (!cancel_transfers()) quarantined = true;
     bool aborts_busy = false;
     if (worker && aborts) {

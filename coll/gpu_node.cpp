@@ -86,7 +86,7 @@ bool publish(twohop_comm *c, char *p, const cuda::PointerInfo &pi, int which, in
  */
 void describe(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out,
               const twohop_reduction &red, uint64_t bytes, GpuDesc *d, int *device,
-              bool *stage_in, bool *stage_out) {
+              bool *stage_in, bool *stage_out, bool enqueue = false) {
     std::memset(d, 0, sizeof(*d));
     *device = -1;
     *stage_in = *stage_out = false;
@@ -110,7 +110,10 @@ void describe(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &ou
         return;
     }
     if (!cuda::pci_bus_id(*device, d->pci, sizeof(d->pci))) return;
-    if (c->topo.n_nodes() > 1) { // hop 1 writes into the registered shared-memory segment
+    // Hop 1 (several nodes) writes into the registered shared-memory segment; stream-ordered
+    // calls have the GPU write and wait for the flags there.
+    if (enqueue && !cuda::flag_ops_supported(*device)) return;
+    if (c->topo.n_nodes() > 1 || enqueue) {
         GpuHop1 &h = c->gpu_hop1;
         char *base = c->shm.desc(0) - c->shm.layout().desc_offset(0);
         if (h.reg_device != *device) {
@@ -246,6 +249,84 @@ extern "C" const unsigned long long *twohop_gpu_calls_counter(void) {
     return reinterpret_cast<const unsigned long long *>(&g_gpu_calls);
 }
 
+namespace {
+
+/*
+ * Round 2 of the decision: with every local rank's descriptor published (arrived = s), copies
+ * them into peer[], checks that this rank's GPU reaches every peer's, publishes the vote and
+ * waits for every vote. *all: every rank can; *one_device: every buffer is on `device`.
+ */
+int vote_round(twohop_comm *c, const GpuDesc &d, int device, uint64_t s, GpuDesc *peer,
+               bool *one_device, bool *all) {
+    const int L = c->topo.local_size();
+    bool ok = d.can != 0;
+    *one_device = true;
+    for (int l = 0; ok && l < L; ++l) {
+        std::memcpy(&peer[l], c->shm.desc(l), sizeof(GpuDesc));
+        if (!peer[l].can) {
+            ok = false;
+            break;
+        }
+        const int dev = cuda::device_by_pci(peer[l].pci);
+        ok = dev >= 0 && cuda::can_access(device, dev);
+        *one_device = *one_device && dev == device;
+        if (!ok && !c->gpu_decline_logged) {
+            c->gpu_decline_logged = true;
+            char msg[160];
+            std::snprintf(msg, sizeof(msg),
+                          "GPU path not taken: the GPU of local rank %d (%s) is not reachable "
+                          "from this rank's GPU (no peer access); device buffers go through "
+                          "host memory", l, peer[l].pci);
+            c->host.log(1, msg);
+        }
+    }
+    RankFlags &mine = c->shm.flags(c->topo.local_rank);
+    mine.vote.store((s << 1) | (ok ? 1 : 0), std::memory_order_release);
+    *all = true;
+    for (int l = 0; l < L; ++l) {
+        const int rc = c->wait_for(c->shm.flags(l).vote, s << 1);
+        if (rc != TWOHOP_OK) return rc;
+        *all = *all && (c->shm.flags(l).vote.load(std::memory_order_acquire) & 1);
+    }
+    return TWOHOP_OK;
+}
+
+/*
+ * The kernel arguments of this rank's shard on one node: every input to every output, peers'
+ * buffers opened through CUDA IPC. Returns a twohop_status.
+ */
+int shard_args(twohop_comm *c, const GpuDesc *peer, int device, bool one_device,
+               char *my_in, char *my_out, uint64_t count, const twohop_reduction &red,
+               twohop_gpu_args *a) {
+    const int L = c->topo.local_size();
+    const int me = c->topo.local_rank;
+    std::memset(a, 0, sizeof(*a));
+    const uint64_t ib = red.item_bytes;
+    const twohop::Range sh = twohop::split_even(count, static_cast<uint64_t>(L),
+                                                static_cast<uint64_t>(me));
+    for (int l = 0; l < L; ++l) {
+        char *sp = my_in, *rp = my_out;
+        if (l != me) {
+            const GpuDesc::Buffer &ps = peer[l].send, &pr = peer[l].recv;
+            const cuda::PeerAllocation sa{peer[l].pid, ps.base, ps.id};
+            const cuda::PeerAllocation ra{peer[l].pid, pr.base, pr.id};
+            char *sb = static_cast<char *>(cuda::ipc_open(device, sa, ps.handle));
+            char *rb = static_cast<char *>(cuda::ipc_open(device, ra, pr.handle));
+            if (!sb || !rb) return gpu_error(c, "opening a CUDA IPC handle of local rank", l);
+            sp = sb + ps.off;
+            rp = rb + pr.off;
+        }
+        a->in[l] = sp + sh.offset * ib;
+        a->out[l] = rp + sh.offset * ib;
+    }
+    a->nin = a->nout = L;
+    a->n = sh.count * red.elems_per_item;
+    choose_vector(a, twohop_dtype_size(red.dtype), one_device);
+    return TWOHOP_OK;
+}
+
+} // namespace
+
 int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out,
                        uint64_t count, const twohop_reduction &red, bool *taken) {
     *taken = false;
@@ -271,33 +352,9 @@ int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_us
     if ((rc = c->wait_all(&RankFlags::arrived, s)) != TWOHOP_OK) return rc;
 
     // Round 2: can I reach every peer's GPU, and can every peer?
-    bool ok = d.can != 0, one_device = true;
     GpuDesc peer[TWOHOP_GPU_MAX_RANKS];
-    for (int l = 0; ok && l < L; ++l) {
-        std::memcpy(&peer[l], c->shm.desc(l), sizeof(GpuDesc));
-        if (!peer[l].can) {
-            ok = false;
-            break;
-        }
-        const int dev = cuda::device_by_pci(peer[l].pci);
-        ok = dev >= 0 && cuda::can_access(device, dev);
-        one_device = one_device && dev == device;
-        if (!ok && !c->gpu_decline_logged) {
-            c->gpu_decline_logged = true;
-            char msg[160];
-            std::snprintf(msg, sizeof(msg),
-                          "GPU path not taken: the GPU of local rank %d (%s) is not reachable "
-                          "from this rank's GPU (no peer access); device buffers go through "
-                          "host memory", l, peer[l].pci);
-            c->host.log(1, msg);
-        }
-    }
-    mine.vote.store((s << 1) | (ok ? 1 : 0), std::memory_order_release);
-    bool all = true;
-    for (int l = 0; l < L; ++l) {
-        if ((rc = c->wait_for(c->shm.flags(l).vote, s << 1)) != TWOHOP_OK) return rc;
-        all = all && (c->shm.flags(l).vote.load(std::memory_order_acquire) & 1);
-    }
+    bool one_device = true, all = true;
+    if ((rc = vote_round(c, d, device, s, peer, &one_device, &all)) != TWOHOP_OK) return rc;
     if (!all) { // everyone takes the host path; this seq is spent
         mine.done.store(s, std::memory_order_release);
         return TWOHOP_OK;
@@ -326,38 +383,15 @@ int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_us
 
     // The GPU path: my shard of the message, from every input into every output.
     twohop_gpu_args a;
-    std::memset(&a, 0, sizeof(a));
-    const uint64_t ib = red.item_bytes;
-    const twohop::Range sh = twohop::split_even(count, static_cast<uint64_t>(L),
-                                                static_cast<uint64_t>(me));
-    for (int l = 0; l < L; ++l) {
-        char *sp, *rp;
-        if (l == me) {
-            sp = stage_in ? send_stage : in.device;
-            rp = stage_out ? recv_stage : out.device;
-        } else {
-            const GpuDesc::Buffer &ps = peer[l].send, &pr = peer[l].recv;
-            const cuda::PeerAllocation sa{peer[l].pid, ps.base, ps.id};
-            const cuda::PeerAllocation ra{peer[l].pid, pr.base, pr.id};
-            char *sb = static_cast<char *>(cuda::ipc_open(device, sa, ps.handle));
-            char *rb = static_cast<char *>(cuda::ipc_open(device, ra, pr.handle));
-            if (!sb || !rb) return gpu_error(c, "opening a CUDA IPC handle of local rank", l);
-            sp = sb + ps.off;
-            rp = rb + pr.off;
-        }
-        a.in[l] = sp + sh.offset * ib;
-        a.out[l] = rp + sh.offset * ib;
-    }
-    a.nin = a.nout = L;
-    a.n = sh.count * red.elems_per_item;
-    choose_vector(&a, twohop_dtype_size(red.dtype), one_device);
+    rc = shard_args(c, peer, device, one_device, stage_in ? send_stage : in.device,
+                    stage_out ? recv_stage : out.device, count, red, &a);
+    if (rc != TWOHOP_OK) return rc;
     if (c->verbose >= 3) {
         char msg[320];
         std::snprintf(msg, sizeof(msg),
-                      "GPU path: seq %llu shard %llu+%llu, staged in %d out %d, vector %d, "
+                      "GPU path: seq %llu, %llu elements, staged in %d out %d, vector %d, "
                       "in[0] %p out[0] %p in[1] %p out[1] %p", static_cast<unsigned long long>(s),
-                      static_cast<unsigned long long>(sh.offset),
-                      static_cast<unsigned long long>(sh.count), stage_in, stage_out, a.vec, a.in[0],
+                      static_cast<unsigned long long>(a.n), stage_in, stage_out, a.vec, a.in[0],
                       a.out[0], a.in[1], a.out[1]);
         c->host.log(3, msg);
     }
@@ -372,5 +406,109 @@ int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_us
     mine.done.store(s, std::memory_order_release);
     *taken = true;
     g_gpu_calls.fetch_add(1, std::memory_order_relaxed);
+    return TWOHOP_OK;
+}
+
+namespace {
+std::atomic<unsigned long long> g_enqueued_calls{0};
+
+/* Device address of local rank l's flag `which` in the registered segment. */
+void *flag_addr(twohop_comm *c, int l, std::atomic<uint64_t> RankFlags::*which) {
+    GpuHop1 &h = c->gpu_hop1;
+    char *host = reinterpret_cast<char *>(&(c->shm.flags(l).*which));
+    return h.shm_dev + (host - h.shm_host);
+}
+} // namespace
+
+extern "C" const unsigned long long *twohop_enqueued_calls_counter(void) {
+    return reinterpret_cast<const unsigned long long *>(&g_enqueued_calls);
+}
+
+int gpu_enqueue_drain(twohop_comm *c) {
+    GpuHop1 &h = c->gpu_hop1;
+    if (!h.enq_pending) return TWOHOP_OK;
+    int q = 0;
+    int rc = c->poll_until([&h, &q] { return (q = h.enq_fence.query()) != 0; });
+    if (rc != TWOHOP_OK) {
+        // A peer failed or is gone: its flags will never move. Set every flag this rank's
+        // stream may wait for past any sequence number (the comparison is cyclic over 64
+        // bits), so the stream drains; the communicator is unusable from here on.
+        const uint64_t past = uint64_t(1) << 62;
+        for (int l = 0; l < c->topo.local_size(); ++l) {
+            RankFlags &f = c->shm.flags(l);
+            f.ready.store(past, std::memory_order_release);
+            f.reduced.store(past, std::memory_order_release);
+            f.done.store(past, std::memory_order_release);
+        }
+        while (h.enq_fence.query() == 0) {
+        }
+        h.enq_pending = false;
+        return rc;
+    }
+    h.enq_pending = false;
+    if (q < 0) return gpu_error(c, "a stream-ordered allreduce failed on local rank",
+                                c->topo.local_rank);
+    return TWOHOP_OK;
+}
+
+int gpu_node_enqueue(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out,
+                     uint64_t count, const twohop_reduction &red, void *stream, bool *taken) {
+    *taken = false;
+    const int L = c->topo.local_size();
+    const int me = c->topo.local_rank;
+    const uint64_t s = ++c->seq;
+    RankFlags &mine = c->shm.flags(me);
+    GpuHop1 &h = c->gpu_hop1;
+
+    // Round 1: my descriptor (no wait for my input: the stream orders it).
+    GpuDesc d;
+    int device = -1;
+    bool stage_in = false, stage_out = false;
+    const uint64_t bytes = count * red.item_bytes;
+    describe(c, in, out, red, bytes, &d, &device, &stage_in, &stage_out, true);
+    if (d.can && stream && cuda::stream_device(stream) != device) d.can = 0;
+    char *send_stage = static_cast<char *>(c->gpu_staging[d.in_place ? 1 : 0].ptr);
+    char *recv_stage = static_cast<char *>(c->gpu_staging[1].ptr);
+    std::memcpy(c->shm.desc(me), &d, sizeof(d));
+    mine.arrived.store(s, std::memory_order_release);
+    int rc = c->wait_all(&RankFlags::arrived, s);
+    if (rc != TWOHOP_OK) return rc;
+    GpuDesc peer[TWOHOP_GPU_MAX_RANKS];
+    bool one_device = true, all = true;
+    if ((rc = vote_round(c, d, device, s, peer, &one_device, &all)) != TWOHOP_OK) return rc;
+    if (!all) { // the host path, blocking: my GPU must not write my flags after the host does
+        if ((rc = gpu_enqueue_drain(c)) != TWOHOP_OK) return rc;
+        mine.done.store(s, std::memory_order_release);
+        return TWOHOP_OK;
+    }
+    twohop_gpu_args a;
+    rc = shard_args(c, peer, device, one_device, stage_in ? send_stage : in.device,
+                    stage_out ? recv_stage : out.device, count, red, &a);
+    if (rc != TWOHOP_OK) return rc;
+
+    // Everything else on the application's stream.
+    void *st = stream ? stream : cuda::legacy_stream();
+    bool ok = true;
+    for (int l = 0; ok && l < L; ++l) { // the previous call is finished on the whole node
+        ok = cuda::wait_flag(device, st, flag_addr(c, l, &RankFlags::done), s - 1);
+    }
+    if (ok && stage_in) ok = cuda::copy_async(device, send_stage, in.device, bytes, st);
+    ok = ok && cuda::write_flag(device, st, flag_addr(c, me, &RankFlags::ready), s);
+    for (int l = 0; ok && l < L; ++l) {
+        if (l != me) ok = cuda::wait_flag(device, st, flag_addr(c, l, &RankFlags::ready), s);
+    }
+    ok = ok && cuda::launch(device, kernel_name(red.dtype, red.op), &a, sizeof(a), a.n, st);
+    ok = ok && cuda::write_flag(device, st, flag_addr(c, me, &RankFlags::reduced), s);
+    for (int l = 0; ok && l < L; ++l) {
+        if (l != me) ok = cuda::wait_flag(device, st, flag_addr(c, l, &RankFlags::reduced), s);
+    }
+    if (ok && stage_out) ok = cuda::copy_async(device, out.device, recv_stage, bytes, st);
+    ok = ok && cuda::write_flag(device, st, flag_addr(c, me, &RankFlags::done), s);
+    ok = ok && h.enq_fence.record(device, st);
+    h.enq_pending = true; // whatever part was enqueued must drain before the host moves on
+    h.enq_device = device;
+    if (!ok) return gpu_error(c, "enqueueing a stream-ordered allreduce failed on local rank", me);
+    *taken = true;
+    g_enqueued_calls.fetch_add(1, std::memory_order_relaxed);
     return TWOHOP_OK;
 }

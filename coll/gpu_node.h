@@ -69,6 +69,12 @@ struct GpuHop1 {
     uint64_t reg_bytes = 0;
     twohop::cuda::Fence fence;      // end of the work enqueued for the current segment
     bool pending = false;           // work was enqueued since the fence was last passed
+    // Stream-ordered calls (twohop_allreduce_enqueue): the end of the last one enqueued on the
+    // application's stream. A host-side call on this communicator first waits for it: the GPU
+    // writes this rank's flags, the host must not write them before it has.
+    twohop::cuda::Fence enq_fence;
+    bool enq_pending = false;
+    int enq_device = -1;
     ~GpuHop1();
 };
 
@@ -89,6 +95,29 @@ int gpu_hop1_wait(twohop_comm *c);
 /* After a failed call: waits without polling until twohop's enqueued GPU work finished (it
  * waits on nothing else, so it ends), so shared memory it reads or writes can be released. */
 void gpu_hop1_quiesce(twohop_comm *c);
+
+/*
+ * The stream-ordered GPU path (twohop_allreduce_enqueue) of a single-node communicator whose
+ * local ranks all pass device buffers of the canonical layout: the same decision rounds as
+ * gpu_node_allreduce on the host (IPC handles, votes), then everything else is enqueued on
+ * `stream` and the call returns at once:
+ *   wait every local rank's done >= s - 1, [stage in], ready = s, wait every ready >= s,
+ *   reduction kernel (my shard, all inputs to all outputs), reduced = s,
+ *   wait every reduced >= s, [stage out], done = s
+ * (flags in the node's registered shared memory, written and waited for by the GPU with
+ * stream memory operations). *taken = false when the node voted for the host path or the
+ * device lacks 64-bit stream memory operations: the caller then waits for the stream and runs
+ * the blocking call. Returns a twohop_status.
+ */
+int gpu_node_enqueue(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out,
+                     uint64_t count, const twohop_reduction &red, void *stream, bool *taken);
+
+/*
+ * Waits until the last stream-ordered call of this rank on c has completed on its GPU,
+ * polling c (so a node peer's death is noticed). When a peer is gone its flags are set to
+ * their final value, so this rank's stream can drain, and TWOHOP_ERR_PEER is returned.
+ */
+int gpu_enqueue_drain(twohop_comm *c);
 
 /* Counts a call whose hop 1 ran on the GPU (MPI_T coll_twohop_gpu_hop1_calls). */
 void gpu_hop1_done();

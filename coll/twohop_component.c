@@ -24,6 +24,7 @@
 #include "mpi.h"
 #include "ompi/communicator/communicator.h"
 #include "ompi/datatype/ompi_datatype.h"
+#include "ompi/errhandler/errhandler.h"
 #include "ompi/mca/coll/base/base.h"
 #include "ompi/mca/coll/base/coll_tags.h"
 #include "ompi/mca/coll/coll.h"
@@ -669,36 +670,68 @@ static int fallback(twohop_module *m, const char *why, const void *sbuf, void *r
     return mpi_rc;
 }
 
-static int twohop_allreduce(const void *sbuf, void *rbuf, int count, ompi_datatype_t *dtype,
-                            ompi_op_t *op, ompi_communicator_t *comm,
-                            mca_coll_base_module_t *module) {
-    twohop_module *m = (twohop_module *)module;
-    TWOHOP_HANDOFF_ACQUIRE(m);
+/*
+ * A stream-ordered call (twohop_allreduce_enqueue) about to take a blocking path: waits for
+ * the application's stream first, so the inputs are complete, and turns the call into a plain
+ * blocking one. False when the stream reported an error.
+ */
+static bool join_stream(bool *enqueue, void *stream) {
+    if (!*enqueue) return true;
+    *enqueue = false;
+    return twohop_stream_sync(stream) == 0;
+}
+
+/*
+ * MPI_Allreduce through twohop (enqueue false) or its stream-ordered form (enqueue true,
+ * `stream` the application's CUstream): every path that falls back, stages or runs on the
+ * host first joins the stream (join_stream), so only the node's GPU path is asynchronous.
+ */
+static int allreduce_impl(const void *sbuf, void *rbuf, int count, ompi_datatype_t *dtype,
+                          ompi_op_t *op, twohop_module *m, bool enqueue, void *stream) {
     twohop_reduction red;
     user_op_ctx uctx;
     ompi_datatype_t *base;
     size_t base_size, base_extent, elems_per_item;
     size_t type_size;
-    (void)comm;
     const bool in_place = sbuf == MPI_IN_PLACE;
     /* How this rank reaches its buffers: never part of a decision. */
     const int kout = count > 0 ? twohop_memory_kind(rbuf) : TWOHOP_KIND_HOST;
     const int kin = in_place || count <= 0 ? kout : twohop_memory_kind(sbuf);
-    if (count < 0) return fallback(m, "negative count", sbuf, rbuf, count, dtype, op, kin, kout);
+#define TWOHOP_JOIN()                                                                          \
+    do {                                                                                       \
+        if (!join_stream(&enqueue, stream)) return MPI_ERR_OTHER;                              \
+    } while (0)
+    if (count < 0) {
+        TWOHOP_JOIN();
+        return fallback(m, "negative count", sbuf, rbuf, count, dtype, op, kin, kout);
+    }
     ompi_datatype_type_size(dtype, &type_size);
     if (count == 0 || type_size == 0) return MPI_SUCCESS; /* empty signature on every rank */
     const char *why = classify(dtype, op, &red, &uctx, &base, &base_size, &base_extent,
                                &elems_per_item);
-    if (why) return fallback(m, why, sbuf, rbuf, count, dtype, op, kin, kout);
+    if (why) {
+        TWOHOP_JOIN();
+        return fallback(m, why, sbuf, rbuf, count, dtype, op, kin, kout);
+    }
     if (m->setup_state == 0) (void)setup(m);
     if (m->setup_state == -2) {
         return MPI_ERR_OTHER; /* reported once in setup(); the ranks cannot agree any more */
     }
     if (m->setup_state < 0) {
+        TWOHOP_JOIN();
         return fallback(m, "set-up failed", sbuf, rbuf, count, dtype, op, kin, kout);
     }
     why = twohop_comm_cannot_serve(m->core, (uint64_t)count, red.item_bytes);
-    if (why) return fallback(m, why, sbuf, rbuf, count, dtype, op, kin, kout);
+    if (why) {
+        TWOHOP_JOIN();
+        return fallback(m, why, sbuf, rbuf, count, dtype, op, kin, kout);
+    }
+    /* Only device buffers of the canonical layout can stay on the stream. */
+    if (enqueue && (kin != TWOHOP_KIND_CUDA || kout != TWOHOP_KIND_CUDA ||
+                    !layout_is_canonical(dtype, (size_t)count, base, base_size, base_extent))) {
+        TWOHOP_JOIN();
+    }
+#undef TWOHOP_JOIN
 
     /* This rank's access to its buffers (layouts and memory kinds may differ between ranks).
      * Memory of another kind in a non-canonical layout is staged whole through host memory. */
@@ -738,7 +771,11 @@ static int twohop_allreduce(const void *sbuf, void *rbuf, int count, ompi_dataty
                                 ? ", device memory" : "");
     }
     char fail_why[256] = "";
-    if (rc == TWOHOP_OK) {
+    if (rc == TWOHOP_OK && enqueue) { /* stays on the stream, or completes blocking */
+        int enqueued = 0;
+        rc = twohop_comm_allreduce_enqueue(m->core, &in, &out, n, &red, stream, &enqueued,
+                                           fail_why, sizeof(fail_why));
+    } else if (rc == TWOHOP_OK) {
         rc = twohop_comm_allreduce(m->core, &in, &out, n, &red, fail_why, sizeof(fail_why));
         if (rc == TWOHOP_OK && sout.host) rc = stage_out(&sout, kout);
     } else {
@@ -754,6 +791,51 @@ static int twohop_allreduce(const void *sbuf, void *rbuf, int count, ompi_dataty
                     ompi_comm_get_cid(m->comm), fail_why);
     }
     return to_mpi_error(rc);
+}
+
+static int twohop_allreduce(const void *sbuf, void *rbuf, int count, ompi_datatype_t *dtype,
+                            ompi_op_t *op, ompi_communicator_t *comm,
+                            mca_coll_base_module_t *module) {
+    twohop_module *m = (twohop_module *)module;
+    TWOHOP_HANDOFF_ACQUIRE(m);
+    (void)comm;
+    return allreduce_impl(sbuf, rbuf, count, dtype, op, m, false, NULL);
+}
+
+/*
+ * The stream-ordered allreduce behind include/twohop.h's twohop_allreduce_enqueue (found there
+ * with dlsym: Open MPI loads components RTLD_GLOBAL). MPI_Allreduce's argument checks and
+ * error handler; calls are matched in program order per communicator, like MPI_Allreduce.
+ * When twohop does not serve the communicator, waits for the stream and calls MPI_Allreduce.
+ */
+__attribute__((visibility("default"))) int
+mca_coll_twohop_allreduce_enqueue(const void *sbuf, void *rbuf, int count, MPI_Datatype dtype,
+                                  MPI_Op op, MPI_Comm comm, void *stream) {
+    static const char fn[] = "twohop_allreduce_enqueue";
+    if (ompi_comm_invalid(comm)) {
+        return OMPI_ERRHANDLER_INVOKE(&ompi_mpi_comm_world.comm, MPI_ERR_COMM, fn);
+    }
+    int err = MPI_SUCCESS;
+    if (count < 0) {
+        err = MPI_ERR_COUNT;
+    } else if (dtype == NULL || dtype == MPI_DATATYPE_NULL || !opal_datatype_is_committed(&dtype->super)) {
+        err = MPI_ERR_TYPE;
+    } else if (op == NULL || op == MPI_OP_NULL) {
+        err = MPI_ERR_OP;
+    } else if (rbuf == MPI_IN_PLACE || (sbuf == rbuf && count > 0)) {
+        err = MPI_ERR_BUFFER; /* aliased buffers must be passed as MPI_IN_PLACE */
+    }
+    if (err != MPI_SUCCESS) return OMPI_ERRHANDLER_INVOKE(comm, err, fn);
+    if (comm->c_coll->coll_allreduce != twohop_allreduce) {
+        if (twohop_stream_sync(stream) != 0) {
+            return OMPI_ERRHANDLER_INVOKE(comm, MPI_ERR_OTHER, fn);
+        }
+        return MPI_Allreduce(sbuf, rbuf, count, dtype, op, comm);
+    }
+    twohop_module *m = (twohop_module *)comm->c_coll->coll_allreduce_module;
+    TWOHOP_HANDOFF_ACQUIRE(m);
+    err = allreduce_impl(sbuf, rbuf, count, dtype, op, m, true, stream);
+    return err == MPI_SUCCESS ? err : OMPI_ERRHANDLER_INVOKE(comm, err, fn);
 }
 
 /* -------------------------------------------------------- module, query ---- */
@@ -862,6 +944,9 @@ static int twohop_register(void) {
     register_counter(c, "gpu_hop1_calls",
                      "Multi-node MPI_Allreduce calls whose hop 1 (node reduce-scatter) ran on the "
                      "GPU", twohop_gpu_hop1_calls_counter());
+    register_counter(c, "enqueued_calls",
+                     "Stream-ordered allreduces (twohop_allreduce_enqueue) twohop enqueued on the "
+                     "application's CUDA stream without waiting for it", twohop_enqueued_calls_counter());
     return OMPI_SUCCESS;
 }
 

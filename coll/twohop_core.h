@@ -122,6 +122,28 @@ int twohop_comm_allreduce(twohop_comm *c, const twohop_userbuf *in, const twohop
                           uint64_t count, const twohop_reduction *red, char *why, size_t whylen);
 
 /*
+ * Stream-ordered allreduce (twohop_allreduce_enqueue), same arguments and status rules as
+ * twohop_comm_allreduce plus the application's `stream` (a CUstream; NULL: the legacy default
+ * stream). On a single-node communicator whose local ranks all pass device buffers of the
+ * canonical layout, the node agrees on the host (no GPU synchronisation) and the reduction is
+ * enqueued on `stream`, after the work enqueued there before and before the work enqueued
+ * after: *enqueued = 1, the call returns at once. Otherwise the call waits for the stream and
+ * completes as a blocking allreduce before returning (*enqueued = 0). Ranks may mix this form
+ * and twohop_comm_allreduce in one call: each call runs one GPU vote on every rank.
+ */
+int twohop_comm_allreduce_enqueue(twohop_comm *c, const twohop_userbuf *in,
+                                  const twohop_userbuf *out, uint64_t count,
+                                  const twohop_reduction *red, void *stream, int *enqueued,
+                                  char *why, size_t whylen);
+
+/* Waits for the work enqueued on `stream` (a CUstream; NULL: the legacy default stream).
+ * Returns 0 on success, -1 on a driver error or without a CUDA driver. */
+int twohop_stream_sync(void *stream);
+
+/* Stream-ordered calls enqueued by twohop in this process (coll_twohop_enqueued_calls). */
+const unsigned long long *twohop_enqueued_calls_counter(void);
+
+/*
  * This rank cannot take part in the allreduce it was called for (e.g. staging memory could not
  * be allocated): poisons the communicator and tells the other ranks as a failed call would
  * (node peers through the control block, rail neighbours through the abort message), so no

@@ -79,17 +79,21 @@ bool twohop_pvars_open(struct twohop_pvars *pv) {
     int hop1_idx = find_pvar("coll_twohop_gpu_hop1_calls", ignored, sizeof ignored);
     pv->has_hop1 = hop1_idx >= 0 && MPI_T_pvar_handle_alloc(pv->session, hop1_idx, NULL,
                                                             &pv->hop1, &n) == MPI_SUCCESS;
+    int enq_idx = find_pvar("coll_twohop_enqueued_calls", ignored, sizeof ignored);
+    pv->has_enq = enq_idx >= 0 && MPI_T_pvar_handle_alloc(pv->session, enq_idx, NULL, &pv->enq,
+                                                          &n) == MPI_SUCCESS;
     pv->found = true;
     return true;
 }
 
 struct twohop_counts twohop_pvars_read(const struct twohop_pvars *pv) {
-    struct twohop_counts c = {0, 0, 0, 0};
+    struct twohop_counts c = {0, 0, 0, 0, 0};
     if (pv->found) {
         MPI_T_pvar_read(pv->session, pv->served, &c.served);
         MPI_T_pvar_read(pv->session, pv->fallback, &c.fallback);
         if (pv->has_gpu) MPI_T_pvar_read(pv->session, pv->gpu, &c.gpu);
         if (pv->has_hop1) MPI_T_pvar_read(pv->session, pv->hop1, &c.gpu_hop1);
+        if (pv->has_enq) MPI_T_pvar_read(pv->session, pv->enq, &c.enqueued);
     }
     return c;
 }
@@ -100,6 +104,7 @@ void twohop_pvars_close(struct twohop_pvars *pv) {
         MPI_T_pvar_handle_free(pv->session, &pv->fallback);
         if (pv->has_gpu) MPI_T_pvar_handle_free(pv->session, &pv->gpu);
         if (pv->has_hop1) MPI_T_pvar_handle_free(pv->session, &pv->hop1);
+        if (pv->has_enq) MPI_T_pvar_handle_free(pv->session, &pv->enq);
         MPI_T_pvar_session_free(&pv->session);
     }
     pv->found = false;

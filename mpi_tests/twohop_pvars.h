@@ -16,6 +16,7 @@ struct twohop_counts {
     unsigned long long fallback; /* coll_twohop_fallback_calls */
     unsigned long long gpu;      /* coll_twohop_gpu_path_calls (0 when absent) */
     unsigned long long gpu_hop1; /* coll_twohop_gpu_hop1_calls (0 when absent) */
+    unsigned long long enqueued; /* coll_twohop_enqueued_calls (0 when absent) */
 };
 
 /* Handles for reading the two counters; `found` is false when twohop is not loaded. */
@@ -25,8 +26,8 @@ struct twohop_pvars {
     MPI_T_pvar_session session;
     MPI_T_pvar_handle served;
     MPI_T_pvar_handle fallback;
-    bool has_gpu, has_hop1;
-    MPI_T_pvar_handle gpu, hop1;
+    bool has_gpu, has_hop1, has_enq;
+    MPI_T_pvar_handle gpu, hop1, enq;
 };
 
 /*

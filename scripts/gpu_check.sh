@@ -2,8 +2,10 @@
 # The GPU machine's one call: build twohop against that machine's Open MPI, run the unit tests,
 # the device-buffer checks and the device benchmark, and print the tables last.
 #
-# usage (on the GPU machine, from the repository root): bash scripts/gpu_check.sh [quick|vnodes]
+# usage (on the GPU machine, from the repository root):
+#   bash scripts/gpu_check.sh [quick|vnodes|enqueue]
 #   quick: checks only, no benchmark.
+#   enqueue: only the stream-ordered extension's checks (include/twohop.h).
 #   vnodes: only the two-virtual-node checks and benchmarks (hop 1 and 3 on the GPU, hop 2 on
 #           the host), with the references they are compared with.
 # Needs UCX headers and nlohmann-json, which that machine lacks: on a Debian/Ubuntu machine
@@ -85,7 +87,7 @@ else
     summary+=("SKIP unit (no GoogleTest found)")
 fi
 mode=${1:-full}
-if [[ $mode != vnodes ]]; then
+if [[ $mode == full || $mode == quick ]]; then
 check np2_one_gpu 2 "" 0 --expect-gpu
 check np4_one_gpu 4 "" 0 --expect-gpu
 check np4_rr2_one_gpu 4 rr:2 0
@@ -108,7 +110,36 @@ if ((ngpu >= 2)); then
         grep -E "FAIL|error|signal|reachable" "$out/check_isolated.log" | head -5
     fi
 fi
+fi # checks
 
+# The stream-ordered extension (include/twohop.h): on one node every device call stays on the
+# stream; on virtual nodes it completes as a blocking call, with the same results.
+enq() { # enq NAME NP VNODES GPUS [ARGS]
+    local name=$1 np=$2 vn=$3 gpus=$4
+    shift 4
+    if [[ ! -x $build/mpi_tests/enqueue_allreduce ]]; then
+        summary+=("FAIL enqueue $name (not built)")
+        status=1
+        return
+    fi
+    local t0=$SECONDS
+    if CHECK_VERBOSE=1 run "$np" "$vn" "$gpus" -- "$build/mpi_tests/enqueue_allreduce" "$@" \
+        >"$out/enqueue_$name.log" 2>&1; then
+        summary+=("PASS enqueue $name ($((SECONDS - t0)) s): $(grep -m1 '^ordering' "$out/enqueue_$name.log")")
+    else
+        summary+=("FAIL enqueue $name ($((SECONDS - t0)) s)")
+        status=1
+        grep -E "FAIL|error|signal" "$out/enqueue_$name.log" | head -5
+    fi
+}
+if [[ $mode != vnodes ]]; then
+    enq np2_one_gpu 2 "" 0 --expect-enqueued
+    enq np4_one_gpu 4 "" 0 --expect-enqueued
+    ((ngpu >= 2)) && enq np2_two_gpus 2 "" 0,1 --expect-enqueued
+    enq np4_rr2_one_gpu 4 rr:2 0
+fi
+
+if [[ $mode == full || $mode == quick ]]; then
 # The real-benchmark shape: OSU-style -d cuda with validation, twohop must serve every call.
 osu() { # osu NAME NP GPUS
     if run "$2" "" "$3" -- "$build/mpi_tests/twohop_osu_allreduce" -d cuda -c -f --expect-twohop \
@@ -121,16 +152,16 @@ osu() { # osu NAME NP GPUS
 }
 osu np4_one_gpu 4 0
 ((ngpu >= 2)) && osu np2_two_gpus 2 0,1
-fi # not vnodes
+fi # checks
 if [[ $mode == vnodes ]]; then
     check np4_rr2_one_gpu 4 rr:2 0
 fi
 # Two virtual nodes of two ranks on one GPU: hop 1 on the GPU, hop 2 on the host.
-if run 4 rr:2 0 -- "$build/mpi_tests/twohop_osu_allreduce" -d cuda -c -f --expect-twohop \
+if [[ $mode != enqueue ]] && run 4 rr:2 0 -- "$build/mpi_tests/twohop_osu_allreduce" -d cuda -c -f --expect-twohop \
     -T mpi_float -m 8:67108864 -i 10 -x 3 >"$out/osu_np4_rr2_one_gpu.txt" 2>&1 &&
     grep -q "GPU hop 1 [1-9]" "$out/osu_np4_rr2_one_gpu.txt"; then
     summary+=("PASS osu -d cuda -c np4_rr2_one_gpu (hop 1 on the GPU)")
-else
+elif [[ $mode != enqueue ]]; then
     summary+=("FAIL osu -d cuda -c np4_rr2_one_gpu")
     status=1
 fi

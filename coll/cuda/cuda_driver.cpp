@@ -49,6 +49,11 @@ struct Driver {
     CUresult (*event_record)(CUevent, CUstream);
     CUresult (*event_query)(CUevent);
     CUresult (*event_destroy)(CUevent);
+    CUresult (*stream_write_value64)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
+    CUresult (*stream_wait_value64)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
+    CUresult (*device_get_attribute)(int *, CUdevice_attribute, CUdevice);
+    CUresult (*stream_get_ctx)(CUstream, CUcontext *);
+    CUresult (*ctx_get_device)(CUdevice *);
 };
 
 Driver g_drv;
@@ -109,7 +114,12 @@ void do_load() {
                sym(h, "cuEventCreate", &g_drv.event_create) &&
                sym(h, "cuEventRecord", &g_drv.event_record) &&
                sym(h, "cuEventQuery", &g_drv.event_query) &&
-               sym(h, "cuEventDestroy_v2", &g_drv.event_destroy);
+               sym(h, "cuEventDestroy_v2", &g_drv.event_destroy) &&
+               sym(h, "cuStreamWriteValue64_v2", &g_drv.stream_write_value64) &&
+               sym(h, "cuStreamWaitValue64_v2", &g_drv.stream_wait_value64) &&
+               sym(h, "cuDeviceGetAttribute", &g_drv.device_get_attribute) &&
+               sym(h, "cuStreamGetCtx", &g_drv.stream_get_ctx) &&
+               sym(h, "cuCtxGetDevice", &g_drv.ctx_get_device);
     g_error_name = reinterpret_cast<CUresult (*)(CUresult, const char **)>(dlsym(h, "cuGetErrorName"));
 }
 
@@ -402,7 +412,7 @@ CUstream own_stream(int device) {
 }
 
 bool launch(int device, const char *name, const void *args, std::size_t arg_bytes,
-            unsigned long long n) {
+            unsigned long long n, void *stream) {
     static std::mutex m;
     static std::map<std::pair<int, std::string>, CUfunction> funcs;
     static std::map<int, CUmodule> modules;
@@ -425,7 +435,7 @@ bool launch(int device, const char *name, const void *args, std::size_t arg_byte
         }
         f = fn;
     }
-    CUstream st = own_stream(device);
+    CUstream st = stream ? static_cast<CUstream>(stream) : own_stream(device);
     if (st == nullptr) return false;
     if (n == 0) return true;
     const unsigned block = 256;
@@ -446,7 +456,9 @@ bool launch_and_wait(int device, const char *name, const void *args, std::size_t
 }
 #else
 bool kernels_available() { return false; }
-bool launch(int, const char *, const void *, std::size_t, unsigned long long) { return false; }
+bool launch(int, const char *, const void *, std::size_t, unsigned long long, void *) {
+    return false;
+}
 bool launch_and_wait(int, const char *, const void *, std::size_t, unsigned long long) {
     return false;
 }
@@ -492,10 +504,10 @@ bool sync_input(int device) {
     return ctx.ok() && g_drv.stream_synchronize(CU_STREAM_LEGACY) == CUDA_SUCCESS;
 }
 
-bool copy_async(int device, void *dst, const void *src, std::size_t n) {
+bool copy_async(int device, void *dst, const void *src, std::size_t n, void *stream) {
     if (n == 0) return true;
     CtxScope ctx(device);
-    CUstream st = ctx.ok() ? own_stream(device) : nullptr;
+    CUstream st = !ctx.ok() ? nullptr : stream ? static_cast<CUstream>(stream) : own_stream(device);
     return st && ok(g_drv.memcpy_async(reinterpret_cast<CUdeviceptr>(dst),
                                        reinterpret_cast<CUdeviceptr>(src), n, st),
                     "cuMemcpyAsync");
@@ -508,7 +520,7 @@ Fence::~Fence() {
     }
 }
 
-bool Fence::record(int device) {
+bool Fence::record(int device, void *stream) {
     CtxScope ctx(device);
     if (!ctx.ok()) return false;
     if (event_ && device_ != device) {
@@ -521,8 +533,62 @@ bool Fence::record(int device) {
         event_ = e;
         device_ = device;
     }
-    CUstream st = own_stream(device);
+    CUstream st = stream ? static_cast<CUstream>(stream) : own_stream(device);
     return st && ok(g_drv.event_record(static_cast<CUevent>(event_), st), "cuEventRecord");
+}
+
+bool write_flag(int device, void *stream, void *flag, unsigned long long value) {
+    CtxScope ctx(device);
+    return ctx.ok() && ok(g_drv.stream_write_value64(static_cast<CUstream>(stream),
+                                                     reinterpret_cast<CUdeviceptr>(flag), value, 0),
+                          "cuStreamWriteValue64");
+}
+
+bool wait_flag(int device, void *stream, void *flag, unsigned long long value) {
+    CtxScope ctx(device);
+    return ctx.ok() && ok(g_drv.stream_wait_value64(static_cast<CUstream>(stream),
+                                                    reinterpret_cast<CUdeviceptr>(flag), value,
+                                                    CU_STREAM_WAIT_VALUE_GEQ),
+                          "cuStreamWaitValue64");
+}
+
+bool flag_ops_supported(int device) {
+    if (!g_loaded) return false;
+    CUdevice d;
+    int v = 0;
+    return g_drv.device_get(&d, device) == CUDA_SUCCESS &&
+           g_drv.device_get_attribute(&v, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, d) ==
+               CUDA_SUCCESS &&
+           v != 0;
+}
+
+bool stream_sync(int device, void *stream) {
+    CtxScope ctx(device);
+    return ctx.ok() && ok(g_drv.stream_synchronize(stream ? static_cast<CUstream>(stream)
+                                                          : CU_STREAM_LEGACY),
+                          "cuStreamSynchronize");
+}
+
+void *legacy_stream() { return CU_STREAM_LEGACY; }
+
+bool sync_current() {
+    if (!g_loaded) return false;
+    CUcontext cur = nullptr;
+    if (g_drv.ctx_get_current(&cur) != CUDA_SUCCESS || cur == nullptr) return true;
+    return ok(g_drv.stream_synchronize(CU_STREAM_LEGACY), "cuStreamSynchronize");
+}
+
+int stream_device(void *stream) {
+    if (!g_loaded || stream == nullptr) return -1;
+    CUcontext ctx = nullptr, popped;
+    if (g_drv.stream_get_ctx(static_cast<CUstream>(stream), &ctx) != CUDA_SUCCESS || !ctx) {
+        return -1;
+    }
+    CUdevice d = -1;
+    if (g_drv.ctx_push(ctx) != CUDA_SUCCESS) return -1;
+    const bool got = g_drv.ctx_get_device(&d) == CUDA_SUCCESS;
+    g_drv.ctx_pop(&popped);
+    return got ? static_cast<int>(d) : -1;
 }
 
 int Fence::query() const {
@@ -548,14 +614,23 @@ bool pci_bus_id(int, char *, int) { return false; }
 int device_by_pci(const char *) { return -1; }
 bool can_access(int, int) { return false; }
 bool kernels_available() { return false; }
-bool launch(int, const char *, const void *, std::size_t, unsigned long long) { return false; }
+bool launch(int, const char *, const void *, std::size_t, unsigned long long, void *) {
+    return false;
+}
 bool launch_and_wait(int, const char *, const void *, std::size_t, unsigned long long) {
     return false;
 }
 bool sync_input(int) { return false; }
-bool copy_async(int, void *, const void *, std::size_t) { return false; }
+bool copy_async(int, void *, const void *, std::size_t, void *) { return false; }
+bool write_flag(int, void *, void *, unsigned long long) { return false; }
+bool wait_flag(int, void *, void *, unsigned long long) { return false; }
+bool flag_ops_supported(int) { return false; }
+bool stream_sync(int, void *) { return false; }
+int stream_device(void *) { return -1; }
+void *legacy_stream() { return nullptr; }
+bool sync_current() { return false; }
 Fence::~Fence() {}
-bool Fence::record(int) { return false; }
+bool Fence::record(int, void *) { return false; }
 int Fence::query() const { return -1; }
 void *device_alloc(int, std::size_t) { return nullptr; }
 const char *last_error() { return "no CUDA support"; }

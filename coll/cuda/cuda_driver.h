@@ -80,12 +80,13 @@ bool can_access(int device, int peer);
 /* True when the device kernels (gpu_kernels.cu) are built in and the driver is loaded. */
 bool kernels_available();
 /*
- * Enqueues kernel `name` of the embedded module on `device` (twohop's own non-blocking stream
- * in the device's primary context) with the by-value argument `args` (arg_bytes bytes) over n
- * elements; returns at once. False on a driver error.
+ * Enqueues kernel `name` of the embedded module on `device` (on `stream`, a CUstream of the
+ * device's primary context, or by default twohop's own non-blocking stream there) with the
+ * by-value argument `args` (arg_bytes bytes) over n elements; returns at once. False on a
+ * driver error.
  */
 bool launch(int device, const char *name, const void *args, std::size_t arg_bytes,
-            unsigned long long n);
+            unsigned long long n, void *stream = nullptr);
 /* launch, then waits for twohop's stream on `device`. */
 bool launch_and_wait(int device, const char *name, const void *args, std::size_t arg_bytes,
                      unsigned long long n);
@@ -94,7 +95,30 @@ bool launch_and_wait(int device, const char *name, const void *args, std::size_t
  * the copy to be asynchronous) on twohop's stream on `device`, after the work launched there.
  * False on a driver error.
  */
-bool copy_async(int device, void *dst, const void *src, std::size_t n);
+bool copy_async(int device, void *dst, const void *src, std::size_t n, void *stream = nullptr);
+
+/*
+ * Stream memory operations on 64-bit flags in registered host memory (`flag` is the device
+ * address of the flag, from host_register): write_flag enqueues `*flag = value` after the
+ * stream's earlier work (with a memory barrier: that work's writes are visible first);
+ * wait_flag makes the stream wait until (int64_t)(*flag - value) >= 0 (cuStreamWaitValue64,
+ * CU_STREAM_WAIT_VALUE_GEQ). False on a driver error.
+ */
+bool write_flag(int device, void *stream, void *flag, unsigned long long value);
+bool wait_flag(int device, void *stream, void *flag, unsigned long long value);
+/* True when `device` supports 64-bit stream memory operations
+ * (CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS). */
+bool flag_ops_supported(int device);
+/* Waits for everything enqueued on `stream` (nullptr: the legacy default stream) of the
+ * device whose primary context owns it. False on a driver error. */
+bool stream_sync(int device, void *stream);
+/* Waits for the legacy default stream of the calling thread's current context (true when the
+ * thread has none: nothing can have been enqueued there). */
+bool sync_current();
+/* The legacy default stream (CU_STREAM_LEGACY), for callers that pass no stream. */
+void *legacy_stream();
+/* The device ordinal of the context `stream` belongs to, or -1 (an unknown stream). */
+int stream_device(void *stream);
 
 /*
  * Completion of the work enqueued so far on twohop's stream on one device (a CUDA event,
@@ -107,8 +131,9 @@ class Fence {
     Fence(const Fence &) = delete;
     Fence &operator=(const Fence &) = delete;
     ~Fence();
-    /* Marks the current end of twohop's stream on `device`. False on a driver error. */
-    bool record(int device);
+    /* Marks the current end of `stream` (default: twohop's stream) on `device`. False on a
+     * driver error. */
+    bool record(int device, void *stream = nullptr);
     /* 1 when everything before the mark completed (or nothing was marked), 0 while pending,
      * -1 on a driver error (the stream's work failed). */
     int query() const;

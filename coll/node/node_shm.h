@@ -37,6 +37,8 @@ struct alignas(128) RankFlags {
     std::atomic<uint64_t> bytes[8]; // [set] message bytes of the call using that buffer set,
                                     // written before `arrived`: local peers compare sizes
     std::atomic<uint64_t> vote;     // GPU path round: (seq << 1) | "I can take it"
+    std::atomic<uint64_t> ready;    // stream-ordered GPU path: my input of `seq` is complete
+                                    // (written by my GPU stream, not by the host)
 };
 static_assert(sizeof(RankFlags) == 128, "one flag line per rank");
 

@@ -1,0 +1,77 @@
+/*
+ * twohop's public extension: a stream-ordered MPI_Allreduce for CUDA applications.
+ *
+ *   #include <cuda_runtime.h>
+ *   #include <twohop.h>
+ *   twohop_allreduce_enqueue(sendbuf, recvbuf, count, datatype, op, comm, stream);
+ *
+ * Enqueues the allreduce on `stream` and, where twohop can, returns at once: a kernel enqueued
+ * on `stream` before the call produces the input, one enqueued after it reads the result, and
+ * the host never waits for the GPU (the shape of MPICH's MPIX_Allreduce_enqueue). Same
+ * arguments, datatypes, ops, MPI_IN_PLACE and error rules as MPI_Allreduce (errors go to the
+ * communicator's error handler); calls on one communicator are matched in program order with
+ * each other and with MPI_Allreduce, as collectives are. Every rank of the communicator must
+ * call it (a rank may pass NULL for the legacy default stream).
+ *
+ * Stays on the stream: communicators on one node whose ranks all pass device memory (cudaMalloc,
+ * stream-ordered pools, managed) in the datatype's canonical layout, with an op and type the GPU
+ * path reduces (every predefined op on the predefined types except long double), on GPUs that
+ * reach each other and support 64-bit stream memory operations; the stream must belong to the
+ * buffers' GPU. Anything else (several nodes, host memory, user-defined ops, twohop not
+ * loaded) waits for the stream and runs MPI_Allreduce: correct, not asynchronous.
+ *
+ * Two communicators used on one stream must be used in the same order on every rank (as with
+ * NCCL): an allreduce waits on the GPU for the other ranks' part of the same call.
+ *
+ * Header only: it finds twohop at run time (Open MPI loads its components RTLD_GLOBAL), so the
+ * application links against MPI and the CUDA runtime, plus -ldl on older C libraries.
+ */
+#ifndef TWOHOP_H
+#define TWOHOP_H
+
+#include <dlfcn.h>
+#include <mpi.h>
+
+#include <cuda_runtime.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef int (*twohop_allreduce_enqueue_fn)(const void *, void *, int, MPI_Datatype, MPI_Op,
+                                           MPI_Comm, void *);
+
+/* The component's entry point, or NULL before MPI_Init or when twohop is not loaded. */
+static inline twohop_allreduce_enqueue_fn twohop_enqueue_entry(void) {
+    static twohop_allreduce_enqueue_fn cached;
+    twohop_allreduce_enqueue_fn fn = __atomic_load_n(&cached, __ATOMIC_ACQUIRE);
+    if (fn == NULL) {
+        void *self = dlopen(NULL, RTLD_LAZY);
+        if (self != NULL) {
+            fn = (twohop_allreduce_enqueue_fn)dlsym(self, "mca_coll_twohop_allreduce_enqueue");
+            dlclose(self);
+        }
+        if (fn != NULL) __atomic_store_n(&cached, fn, __ATOMIC_RELEASE);
+    }
+    return fn;
+}
+
+/*
+ * Stream-ordered MPI_Allreduce (see above). Returns MPI_SUCCESS or an MPI error class (after
+ * the communicator's error handler ran). Without twohop: cudaStreamSynchronize(stream), then
+ * MPI_Allreduce.
+ */
+static inline int twohop_allreduce_enqueue(const void *sendbuf, void *recvbuf, int count,
+                                           MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
+                                           cudaStream_t stream) {
+    twohop_allreduce_enqueue_fn fn = twohop_enqueue_entry();
+    if (fn != NULL) return fn(sendbuf, recvbuf, count, datatype, op, comm, (void *)stream);
+    if (cudaStreamSynchronize(stream) != cudaSuccess) return MPI_ERR_OTHER;
+    return MPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,325 @@
+/*
+ * enqueue_allreduce: the stream-ordered allreduce (include/twohop.h) on the GPU machine
+ * (scripts/gpu_check.sh runs it). Host code; the producer and checker kernels are in
+ * enqueue_kernels.cu.
+ *
+ * usage: enqueue_allreduce [--expect-enqueued]
+ *   ordering     a producer kernel runs ~300 ms on the stream before it writes the input; the
+ *                enqueue call must return while it still runs (with --expect-enqueued) and the
+ *                consumer kernel enqueued after it must see the exact sum
+ *   outstanding  3 communicators x 8 calls enqueued on 3 streams before any wait (odd counts,
+ *                every second one in place), then checked on the streams
+ *   mixed        an enqueued call, then a blocking MPI_Allreduce on the same communicator
+ *   host_rank    rank 0 passes host memory: the node takes the blocking path, results exact
+ *   pool         cudaMallocAsync buffers (twohop stages them on the stream)
+ *   errors       count -1 and recvbuf MPI_IN_PLACE are errors (MPI_ERRORS_RETURN), not hangs
+ * With --expect-enqueued (one node, every rank on a GPU reaching the others) the MPI_T counter
+ * coll_twohop_enqueued_calls must count exactly the calls that stay on the stream.
+ * Exit 0 when every case passes on every rank.
+ */
+#define _GNU_SOURCE
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "twohop.h"
+#include "twohop_pvars.h"
+
+int enqueue_test_produce(float *buf, long long n, float base, unsigned long long ns,
+                         cudaStream_t s);
+int enqueue_test_check(const float *buf, long long n, float expect_base, float scale,
+                       unsigned long long *errors, cudaStream_t s);
+
+static int rank, size, failures;
+static bool expect_enq;
+static struct twohop_pvars pv;
+
+#define CK(x)                                                                                  \
+    do {                                                                                       \
+        cudaError_t e_ = (x);                                                                  \
+        if (e_ != cudaSuccess) {                                                               \
+            fprintf(stderr, "rank %d: %s: %s (line %d)\n", rank, #x, cudaGetErrorString(e_),  \
+                    __LINE__);                                                                 \
+            MPI_Abort(MPI_COMM_WORLD, 2);                                                      \
+        }                                                                                      \
+    } while (0)
+
+static void fail(const char *what) {
+    fprintf(stderr, "rank %d: FAIL %s\n", rank, what);
+    failures++;
+}
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+
+/* Sum over ranks r of (r + 1 + off) + i % 7: base p(p+1)/2 + p * off, scale p. */
+static float sum_base(float off) { return size * (size + 1) / 2.0f + size * off; }
+
+static unsigned long long *d_errors;
+
+/* Checks buf (n floats) on stream s against the expected sum; adds to failures on mismatch. */
+static void check_on(const float *buf, long long n, float off, cudaStream_t s, const char *what) {
+    CK(cudaMemsetAsync(d_errors, 0, sizeof(*d_errors), s));
+    if (enqueue_test_check(buf, n, sum_base(off), (float)size, d_errors, s) != 0) fail(what);
+    unsigned long long bad = 0;
+    CK(cudaMemcpyAsync(&bad, d_errors, sizeof(bad), cudaMemcpyDeviceToHost, s));
+    CK(cudaStreamSynchronize(s));
+    if (bad) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "%s: %llu wrong elements of %lld", what, bad, n);
+        fail(msg);
+    }
+}
+
+static unsigned long long enqueued(void) { return twohop_pvars_read(&pv).enqueued; }
+
+static void expect_count(unsigned long long before, unsigned long long want, const char *what) {
+    unsigned long long got = enqueued() - before;
+    if (expect_enq && got != want) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "%s: %llu calls stayed on the stream, expected %llu", what, got,
+                 want);
+        fail(msg);
+    }
+}
+
+static void case_ordering(void) {
+    const long long n = 1 << 20;
+    float *in, *out;
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CK(cudaMalloc((void **)&in, n * sizeof(float)));
+    CK(cudaMalloc((void **)&out, n * sizeof(float)));
+    CK(cudaMemset(out, 0, n * sizeof(float)));
+    CK(cudaDeviceSynchronize());
+    MPI_Barrier(MPI_COMM_WORLD);
+    const unsigned long long before = enqueued();
+    const unsigned long long spin_ns = 300000000ull;
+    if (enqueue_test_produce(in, n, (float)(rank + 1), spin_ns, s) != 0) fail("producer launch");
+    const double t0 = now_s();
+    if (twohop_allreduce_enqueue(in, out, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, s) !=
+        MPI_SUCCESS) {
+        fail("ordering: enqueue returned an error");
+    }
+    const double ret_ms = (now_s() - t0) * 1e3;
+    const bool busy = cudaStreamQuery(s) == cudaErrorNotReady;
+    check_on(out, n, 0, s, "ordering: result");
+    double worst = 0;
+    MPI_Allreduce(&ret_ms, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    if (rank == 0) {
+        printf("ordering: enqueue returned after %.2f ms (slowest rank) while the 300 ms producer "
+               "ran: %s\n", worst, busy ? "stream still busy" : "stream already idle");
+    }
+    if (expect_enq && (ret_ms > 150 || !busy)) fail("ordering: the enqueue call waited for the GPU");
+    expect_count(before, 1, "ordering");
+    CK(cudaFree(in));
+    CK(cudaFree(out));
+    CK(cudaStreamDestroy(s));
+}
+
+static void case_outstanding(void) {
+    enum { C = 3, K = 8 };
+    MPI_Comm comm[C];
+    cudaStream_t s[C];
+    float *in[C][K], *out[C][K];
+    long long n[K];
+    for (int j = 0; j < C; j++) {
+        MPI_Comm_dup(MPI_COMM_WORLD, &comm[j]);
+        CK(cudaStreamCreateWithFlags(&s[j], cudaStreamNonBlocking));
+    }
+    for (int k = 0; k < K; k++) {
+        n[k] = 1000 + 4099LL * k + 3; // odd counts, not multiples of 16 bytes
+        for (int j = 0; j < C; j++) {
+            CK(cudaMalloc((void **)&in[j][k], n[k] * sizeof(float)));
+            CK(cudaMalloc((void **)&out[j][k], n[k] * sizeof(float)));
+        }
+    }
+    CK(cudaDeviceSynchronize());
+    // The first call on each communicator sets it up (collective, host side): do it first.
+    for (int j = 0; j < C; j++) {
+        float x = 1, y;
+        MPI_Allreduce(&x, &y, 1, MPI_FLOAT, MPI_SUM, comm[j]);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    const unsigned long long before = enqueued();
+    for (int k = 0; k < K; k++) {
+        for (int j = 0; j < C; j++) {
+            const float off = (float)(10 * j + k);
+            const bool in_place = k % 2 == 1;
+            float *src = in_place ? out[j][k] : in[j][k];
+            if (enqueue_test_produce(src, n[k], rank + 1 + off, 1000000ull, s[j]) != 0) {
+                fail("outstanding: producer launch");
+            }
+            if (twohop_allreduce_enqueue(in_place ? MPI_IN_PLACE : src, out[j][k], (int)n[k],
+                                         MPI_FLOAT, MPI_SUM, comm[j], s[j]) != MPI_SUCCESS) {
+                fail("outstanding: enqueue returned an error");
+            }
+        }
+    }
+    for (int k = 0; k < K; k++) {
+        for (int j = 0; j < C; j++) {
+            char what[64];
+            snprintf(what, sizeof what, "outstanding comm %d call %d", j, k);
+            check_on(out[j][k], n[k], (float)(10 * j + k), s[j], what);
+        }
+    }
+    expect_count(before, C * K, "outstanding");
+    for (int j = 0; j < C; j++) {
+        for (int k = 0; k < K; k++) {
+            CK(cudaFree(in[j][k]));
+            CK(cudaFree(out[j][k]));
+        }
+        CK(cudaStreamDestroy(s[j]));
+        MPI_Comm_free(&comm[j]);
+    }
+}
+
+static void case_mixed(void) {
+    const long long n = 300001;
+    float *a, *b, *c, *d;
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CK(cudaMalloc((void **)&a, n * sizeof(float)));
+    CK(cudaMalloc((void **)&b, n * sizeof(float)));
+    CK(cudaMalloc((void **)&c, n * sizeof(float)));
+    CK(cudaMalloc((void **)&d, n * sizeof(float)));
+    if (enqueue_test_produce(c, n, (float)(rank + 1 + 5), 0, s) != 0) fail("mixed: producer");
+    CK(cudaStreamSynchronize(s));
+    const unsigned long long before = enqueued();
+    if (enqueue_test_produce(a, n, (float)(rank + 1), 100000000ull, s) != 0) fail("mixed: producer");
+    if (twohop_allreduce_enqueue(a, b, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, s) !=
+        MPI_SUCCESS) {
+        fail("mixed: enqueue returned an error");
+    }
+    // Blocking call right after, on the same communicator, other buffers.
+    if (MPI_Allreduce(c, d, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS) {
+        fail("mixed: MPI_Allreduce returned an error");
+    }
+    check_on(b, n, 0, s, "mixed: enqueued result");
+    check_on(d, n, 5, s, "mixed: blocking result");
+    expect_count(before, 1, "mixed");
+    CK(cudaFree(a));
+    CK(cudaFree(b));
+    CK(cudaFree(c));
+    CK(cudaFree(d));
+    CK(cudaStreamDestroy(s));
+}
+
+static void case_host_rank(void) {
+    const long long n = 4099;
+    float *in, *out;
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    const bool host = rank == 0;
+    if (host) {
+        in = malloc(n * sizeof(float));
+        out = malloc(n * sizeof(float));
+        for (long long i = 0; i < n; i++) in[i] = (float)(rank + 1) + (float)(i % 7);
+    } else {
+        CK(cudaMalloc((void **)&in, n * sizeof(float)));
+        CK(cudaMalloc((void **)&out, n * sizeof(float)));
+        if (enqueue_test_produce(in, n, (float)(rank + 1), 50000000ull, s) != 0) fail("host_rank");
+    }
+    const unsigned long long before = enqueued();
+    if (twohop_allreduce_enqueue(in, out, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, s) !=
+        MPI_SUCCESS) {
+        fail("host_rank: enqueue returned an error");
+    }
+    if (host) {
+        for (long long i = 0; i < n; i++) {
+            if (out[i] != sum_base(0) + size * (float)(i % 7)) {
+                fail("host_rank: host result");
+                break;
+            }
+        }
+        free(in);
+        free(out);
+    } else {
+        check_on(out, n, 0, s, "host_rank: device result");
+        CK(cudaFree(in));
+        CK(cudaFree(out));
+    }
+    expect_count(before, 0, "host_rank");
+    CK(cudaStreamDestroy(s));
+}
+
+static void case_pool(void) {
+    const long long n = 1 << 18;
+    float *in, *out;
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CK(cudaMallocAsync((void **)&in, n * sizeof(float), s));
+    CK(cudaMallocAsync((void **)&out, n * sizeof(float), s));
+    if (enqueue_test_produce(in, n, (float)(rank + 1), 50000000ull, s) != 0) fail("pool: producer");
+    const unsigned long long before = enqueued();
+    if (twohop_allreduce_enqueue(in, out, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, s) !=
+        MPI_SUCCESS) {
+        fail("pool: enqueue returned an error");
+    }
+    check_on(out, n, 0, s, "pool: result");
+    expect_count(before, 1, "pool");
+    CK(cudaFreeAsync(in, s));
+    CK(cudaFreeAsync(out, s));
+    CK(cudaStreamSynchronize(s));
+    CK(cudaStreamDestroy(s));
+}
+
+static void case_errors(void) {
+    float *buf;
+    CK(cudaMalloc((void **)&buf, 64));
+    cudaStream_t s = NULL;
+    if (twohop_allreduce_enqueue(buf, buf + 8, -1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, s) ==
+        MPI_SUCCESS) {
+        fail("errors: count -1 accepted");
+    }
+    if (twohop_allreduce_enqueue(buf, MPI_IN_PLACE, 4, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, s) ==
+        MPI_SUCCESS) {
+        fail("errors: recvbuf MPI_IN_PLACE accepted");
+    }
+    CK(cudaFree(buf));
+}
+
+int main(int argc, char **argv) {
+    const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    int ndev = 0;
+    CK(cudaGetDeviceCount(&ndev));
+    CK(cudaSetDevice(lr ? atoi(lr) % ndev : 0));
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--expect-enqueued")) expect_enq = true;
+    }
+    twohop_pvars_open(&pv);
+    if (expect_enq && !pv.has_enq) fail("coll_twohop_enqueued_calls not found");
+    CK(cudaMalloc((void **)&d_errors, sizeof(*d_errors)));
+    { // set up MPI_COMM_WORLD's twohop state before the timed case
+        float x = 1, y;
+        MPI_Allreduce(&x, &y, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    }
+    case_ordering();
+    case_outstanding();
+    case_mixed();
+    case_host_rank();
+    case_pool();
+    case_errors();
+    int total = 0;
+    MPI_Reduce(&failures, &total, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
+    MPI_Bcast(&total, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (rank == 0) {
+        printf("enqueue_allreduce: %d ranks, %s (%llu calls stayed on the stream on rank 0)\n",
+               size, total ? "FAIL" : "OK", enqueued());
+    }
+    CK(cudaFree(d_errors));
+    twohop_pvars_close(&pv);
+    MPI_Finalize();
+    return total ? 1 : 0;
+}
