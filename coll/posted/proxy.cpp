@@ -1,0 +1,87 @@
+#include "proxy.h"
+
+#include <vector>
+
+namespace twohop {
+
+Proxy &Proxy::instance() {
+    static Proxy p;
+    return p;
+}
+
+int Proxy::run(std::function<int()> step) {
+    Job job;
+    job.step = std::move(step);
+    std::unique_lock<std::mutex> lock(m_);
+    if (stopping_ || stopped_) return kStopped;
+    if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+    jobs_.push_back(&job);
+    work_.notify_one();
+    done_.wait(lock, [&job] { return job.finished; });
+    return job.status;
+}
+
+void Proxy::loop() {
+    std::vector<Job *> batch;
+    std::unique_lock<std::mutex> lock(m_);
+    for (;;) {
+        work_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
+        if (stopping_) break;
+        batch.assign(jobs_.begin(), jobs_.end());
+        lock.unlock();
+        // Steps run without the lock: a new job can be queued meanwhile.
+        std::vector<Job *> finished;
+        for (Job *j : batch) {
+            const int st = j->step();
+            if (st != kPending) {
+                j->status = st;
+                finished.push_back(j);
+            }
+        }
+        lock.lock();
+        for (Job *j : finished) {
+            jobs_.remove(j);
+            j->finished = true;
+            ++jobs_done_;
+        }
+        if (!finished.empty()) done_.notify_all();
+    }
+    for (Job *j : jobs_) { // abandoned: their callers get kStopped
+        j->status = kStopped;
+        j->finished = true;
+    }
+    jobs_.clear();
+    done_.notify_all();
+}
+
+void Proxy::stop() {
+    std::thread t;
+    {
+        std::lock_guard<std::mutex> lock(m_);
+        if (stopped_) return;
+        stopping_ = true;
+        work_.notify_all();
+        t = std::move(thread_);
+    }
+    if (t.joinable()) t.join();
+    std::lock_guard<std::mutex> lock(m_);
+    stopped_ = true;
+    stopping_ = false;
+}
+
+bool Proxy::running() {
+    std::lock_guard<std::mutex> lock(m_);
+    return thread_.joinable();
+}
+
+std::thread::native_handle_type Proxy::handle() {
+    std::lock_guard<std::mutex> lock(m_);
+    return thread_.joinable() ? thread_.native_handle() : std::thread::native_handle_type();
+}
+
+uint64_t Proxy::jobs_done() {
+    std::lock_guard<std::mutex> lock(m_);
+    return jobs_done_;
+}
+
+} // namespace twohop

@@ -1,0 +1,77 @@
+/*
+ * The progress (proxy) thread of GPU-posted operations: one per process, started on first use,
+ * stopped at component close. A calling thread hands it a job (a step function that polls the
+ * doorbell ring, posts transfers and tracks their completion) and sleeps until the job ends;
+ * the proxy runs the steps of every pending job in turn. With no job pending it sleeps on a
+ * condition variable: no busy spin, no core taken from the application. Jobs may come from
+ * several threads at once (MPI_THREAD_MULTIPLE).
+ *
+ * The backend interface a device-initiated transport would replace: the step function is the
+ * only thing the proxy knows of a job (post what the doorbell announced, poll completions).
+ */
+#ifndef TWOHOP_PROXY_H
+#define TWOHOP_PROXY_H
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <mutex>
+#include <thread>
+
+namespace twohop {
+
+class Proxy {
+  public:
+    /* Step result: keep calling (kPending), or the job's final status (any other value). */
+    static constexpr int kPending = -1000;
+    /* Status of jobs the proxy refused or abandoned because it is stopping / stopped. */
+    static constexpr int kStopped = -1001;
+
+    Proxy() = default;
+    Proxy(const Proxy &) = delete;
+    Proxy &operator=(const Proxy &) = delete;
+    ~Proxy() { stop(); }
+
+    /* The process's proxy. */
+    static Proxy &instance();
+
+    /*
+     * Runs `step` on the proxy thread until it returns something other than kPending, and
+     * returns that; the calling thread sleeps meanwhile. Starts the thread on first use.
+     * kStopped when the proxy was stopped before or while the job ran (the job's step is not
+     * called again: the caller must clean up what it started).
+     */
+    int run(std::function<int()> step);
+
+    /* Stops the thread (joins it); pending jobs end with kStopped. Later run() calls return
+     * kStopped at once. Idempotent. */
+    void stop();
+
+    /* True while the thread exists. */
+    bool running();
+    /* The thread's native handle (for CPU-time tests), or 0. */
+    std::thread::native_handle_type handle();
+    /* Jobs completed since start (for tests and the benchmark). */
+    uint64_t jobs_done();
+
+  private:
+    struct Job {
+        std::function<int()> step;
+        int status = kPending;
+        bool finished = false;
+    };
+    void loop();
+
+    std::mutex m_;
+    std::condition_variable work_;   // proxy waits here when idle
+    std::condition_variable done_;   // callers wait here for their job
+    std::list<Job *> jobs_;
+    std::thread thread_;
+    bool stopping_ = false, stopped_ = false;
+    uint64_t jobs_done_ = 0;
+};
+
+} // namespace twohop
+
+#endif
