@@ -566,7 +566,8 @@ int run_call(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out
     }
     if ((rc = join()) != TWOHOP_OK) return rc;
     if (latency) return latency_path(c, in, out, count, reducer);
-    rc = pipeline_path(c, in, out, count, reducer);
+    rc = c->gpu_hop1.active && c->gpu_posted ? gpu_posted_pipeline(c, out, count, red)
+                                              : pipeline_path(c, in, out, count, reducer);
     if (c->gpu_hop1.active && rc == TWOHOP_OK) gpu_hop1_done();
     if (c->gpu_hop1.active && rc != TWOHOP_OK) gpu_hop1_quiesce(c);
     c->gpu_hop1.active = false;

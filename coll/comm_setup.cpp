@@ -31,6 +31,7 @@
 #include "cuda_driver.h"
 #include "gpu_kernel_list.h"
 #include "gpu_node.h"
+#include "proxy.h"
 #include "memory_kind.h"
 #include "rc_settings.h"
 #include "rd_plan.h"
@@ -40,7 +41,7 @@
 
 namespace {
 
-constexpr uint64_t kMagic = 0x74776f686f700003ULL; // "twohop", set-up record version 3
+constexpr uint64_t kMagic = 0x74776f686f700004ULL; // "twohop", set-up record version 4
 
 /* What every rank contributes in step 1. Plain, fixed size. */
 struct RankInfo {
@@ -52,7 +53,8 @@ struct RankInfo {
     int64_t pid;
     uint64_t segment_bytes, small_msg_bytes;
     int32_t depth, post_batch;
-    int32_t latency_hop2, pad2;
+    int32_t latency_hop2, gpu_posted;
+    int32_t posted_batch, pad2;
     int32_t vn_error; // this rank could not parse coll_twohop_virtual_nodes
     int32_t gpu;      // this process has the CUDA driver and twohop's device kernels
 };
@@ -98,6 +100,13 @@ std::string validate(const twohop_params &p) {
     }
     if (p.latency_hop2 < 0 || p.latency_hop2 > 1) {
         return "coll_twohop_latency_hop2 " + std::to_string(p.latency_hop2) + " out of range 0..1";
+    }
+    if (p.gpu_posted < 0 || p.gpu_posted > 1) {
+        return "coll_twohop_gpu_posted " + std::to_string(p.gpu_posted) + " out of range 0..1";
+    }
+    if (p.posted_batch < 1 || p.posted_batch > 64) {
+        return "coll_twohop_posted_batch " + std::to_string(p.posted_batch) +
+               " out of range 1..64";
     }
     if (p.post_batch < 1 || p.post_batch > 64) {
         return "coll_twohop_post_batch " + std::to_string(p.post_batch) + " out of range 1..64";
@@ -271,6 +280,8 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
     me.depth = prm.pipeline_depth;
     me.post_batch = prm.post_batch;
     me.latency_hop2 = prm.latency_hop2;
+    me.gpu_posted = prm.gpu_posted;
+    me.posted_batch = prm.posted_batch;
     me.vn_error = !vn_error.empty();
     me.gpu = gpu_node_capable() ? 1 : 0;
     std::vector<RankInfo> info(a->size);
@@ -294,7 +305,9 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
         if (info[r].segment_bytes != info[0].segment_bytes ||
             info[r].small_msg_bytes != info[0].small_msg_bytes ||
             info[r].depth != info[0].depth || info[r].post_batch != info[0].post_batch ||
-            info[r].latency_hop2 != info[0].latency_hop2) {
+            info[r].latency_hop2 != info[0].latency_hop2 ||
+            info[r].gpu_posted != info[0].gpu_posted ||
+            info[r].posted_batch != info[0].posted_batch) {
             set_why(why, whylen, "coll_twohop_* algorithm parameters differ between ranks 0 and " +
                                      std::to_string(r));
             return TWOHOP_ERR_BAD_PARAM;
@@ -317,6 +330,8 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
     c->depth = prm.pipeline_depth;
     c->post_batch = prm.post_batch;
     c->latency_hop2 = prm.latency_hop2;
+    c->gpu_posted = prm.gpu_posted != 0;
+    c->posted_batch = prm.posted_batch;
     c->slot_bytes = twohop::ShmLayout::align_up(prm.segment_bytes);
     c->small_bytes = prm.small_msg_bytes;
     c->stream_bytes = prm.stream_copy_bytes;
@@ -430,7 +445,10 @@ extern "C" int twohop_comm_nodes(const twohop_comm *c) { return c->topo.n_nodes(
 
 extern "C" uint32_t twohop_comm_id(const twohop_comm *c) { return c->comm_id; }
 
-extern "C" void twohop_core_finalize(void) { twohop::ucx::Worker::shutdown(); }
+extern "C" void twohop_core_finalize(void) {
+    twohop::Proxy::instance().stop(); // GPU-posted mode's progress thread, if it ever started
+    twohop::ucx::Worker::shutdown();
+}
 
 extern "C" void twohop_core_quiet_signals(void) { twohop::ucx::restore_signal_handlers(); }
 

@@ -78,6 +78,8 @@ struct twohop_comm {
     // Latency path between node leaders (local rank 0, the rail of shard 0): recursive
     // doubling (latency_hop2 0) with endpoints to its partners by node position, one per set.
     int latency_hop2 = 0;
+    bool gpu_posted = false;               // coll_twohop_gpu_posted (agreed at set-up)
+    int posted_batch = 1;                  // coll_twohop_posted_batch
     std::vector<const twohop::ucx::Endpoint *> rd_peers;
     std::vector<twohop::RdOp> rds;
     std::vector<char> scratch;             // one slot_bytes block per ring

@@ -1,6 +1,7 @@
 #include "gpu_node.h"
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -10,6 +11,7 @@
 #include "comm_state.h"
 #include "cuda_driver.h"
 #include "gpu_kernel_list.h"
+#include "proxy.h"
 #include "segment_plan.h"
 
 namespace {
@@ -185,6 +187,10 @@ GpuHop1::~GpuHop1() {
         }
     }
     if (shm_host) cuda::host_unregister(reg_device, shm_host);
+    if (ring) {
+        cuda::host_unregister(ring_device, ring);
+        std::free(ring);
+    }
 }
 
 int gpu_hop1_post(twohop_comm *c, uint64_t off, uint64_t items, char *result,
@@ -424,22 +430,200 @@ extern "C" const unsigned long long *twohop_enqueued_calls_counter(void) {
     return reinterpret_cast<const unsigned long long *>(&g_enqueued_calls);
 }
 
+namespace {
+
+/* Sets every local rank's GPU-awaited flags past any sequence number (the comparison is cyclic
+ * over 64 bits), so streams waiting for a failed or vanished peer drain. The communicator is
+ * unusable afterwards. */
+void release_gpu_waits(twohop_comm *c) {
+    const uint64_t past = uint64_t(1) << 62;
+    for (int l = 0; l < c->topo.local_size(); ++l) {
+        RankFlags &f = c->shm.flags(l);
+        f.ready.store(past, std::memory_order_release);
+        f.reduced.store(past, std::memory_order_release);
+        f.done.store(past, std::memory_order_release);
+    }
+}
+
+std::atomic<unsigned long long> g_posted_calls{0};
+std::atomic<unsigned long long> g_doorbells{0};
+
+/* The descriptor ring of c on `device`, allocated and registered on first use. */
+bool ensure_ring(twohop_comm *c, int device) {
+    GpuHop1 &h = c->gpu_hop1;
+    if (h.ring && h.ring_device == device) return true;
+    if (h.ring) {
+        cuda::host_unregister(h.ring_device, h.ring);
+        std::free(h.ring);
+        h.ring = h.ring_dev = nullptr;
+    }
+    const size_t bytes = (sizeof(twohop::DoorbellRing) + 4095) / 4096 * 4096;
+    void *p = std::aligned_alloc(4096, bytes);
+    if (!p) return false;
+    std::memset(p, 0, bytes);
+    void *d = cuda::host_register(device, p, bytes);
+    if (!d) {
+        std::free(p);
+        return false;
+    }
+    h.ring = static_cast<twohop::DoorbellRing *>(p);
+    h.ring_dev = static_cast<twohop::DoorbellRing *>(d);
+    h.ring_device = device;
+    return true;
+}
+
+} // namespace
+
+extern "C" const unsigned long long *twohop_gpu_posted_calls_counter(void) {
+    return reinterpret_cast<const unsigned long long *>(&g_posted_calls);
+}
+extern "C" const unsigned long long *twohop_doorbells_counter(void) {
+    return reinterpret_cast<const unsigned long long *>(&g_doorbells);
+}
+
+int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t count,
+                        const twohop_reduction &red) {
+    GpuHop1 &h = c->gpu_hop1;
+    const int dev = h.device;
+    const int me = c->topo.local_rank;
+    const int L = c->topo.local_size();
+    const int node = c->topo.my_node;
+    const uint64_t shards = static_cast<uint64_t>(c->topo.n_shards());
+    const uint64_t ib = red.item_bytes;
+    const uint64_t seg_items = twohop::segment_items(c->slot_bytes, ib);
+    const uint64_t nseg = twohop::segment_count(count, seg_items);
+    const uint64_t depth = static_cast<uint64_t>(c->depth);
+    const uint64_t batch = static_cast<uint64_t>(c->posted_batch);
+    if (!out.device) return gpu_error(c, "GPU-posted mode without a device receive buffer", me);
+    if (!ensure_ring(c, dev)) {
+        return gpu_error(c, "registering the GPU-posted descriptor ring failed on local rank", me);
+    }
+    twohop::reset(h.ring);
+    const uint64_t s0 = c->seq;
+    c->seq += nseg;
+
+    // 1. The whole call on twohop's stream.
+    bool ok = true;
+    const int first = c->my_shards.front();
+    for (uint64_t k = 0; ok && k < nseg; ++k) {
+        const uint64_t s = s0 + 1 + k;
+        const int set = static_cast<int>(s % depth);
+        const twohop::Range seg = twohop::segment_range(count, seg_items, k);
+        if (s > depth) {
+            for (int l = 0; ok && l < L; ++l) {
+                ok = cuda::wait_flag(dev, nullptr, flag_addr(c, l, &RankFlags::done), s - depth);
+            }
+        }
+        for (size_t i = 0; ok && i < c->my_shards.size(); ++i) {
+            const twohop::Range r = twohop::split_even(seg.count, shards,
+                                                       static_cast<uint64_t>(c->my_shards[i]));
+            ok = gpu_hop1_post(c, (seg.offset + r.offset) * ib, r.count,
+                               c->shm.result(set) + r.offset * ib, red) == TWOHOP_OK;
+        }
+        const bool last = k + 1 == nseg;
+        twohop::PostArgs pa{h.ring_dev, k, {s, static_cast<uint32_t>(k), last ? 1u : 0u},
+                            (k + 1) % batch == 0 || last ? 1 : 0, 0};
+        ok = ok && cuda::launch(dev, "th_post", &pa, sizeof(pa), 1);
+        for (uint64_t j = 0; ok && j < shards; ++j) {
+            const int sh = static_cast<int>((first + j) % shards);
+            const twohop::Range r = twohop::split_even(seg.count, shards,
+                                                       static_cast<uint64_t>(sh));
+            ok = cuda::wait_flag(dev, nullptr,
+                                 flag_addr(c, c->topo.shard_owner(node, sh), &RankFlags::reduced),
+                                 s) &&
+                 cuda::copy_async(dev, out.device + (seg.offset + r.offset) * ib,
+                                  c->shm.result(set) + r.offset * ib, r.count * ib);
+        }
+        ok = ok && cuda::write_flag(dev, nullptr, flag_addr(c, me, &RankFlags::done), s);
+    }
+    ok = ok && h.fence.record(dev);
+    h.pending = true;
+    if (!ok) {
+        release_gpu_waits(c);
+        gpu_hop1_quiesce(c);
+        return gpu_error(c, "enqueueing the GPU-posted call failed on local rank", me);
+    }
+
+    // 2. The proxy thread posts hop 2 as the doorbell announces segments; this thread sleeps.
+    const twohop::Reducer reducer(red); // the rings use it until they complete
+    uint64_t started = 0, completed = 0, bells = 0;
+    auto last_progress = std::chrono::steady_clock::now();
+    auto step = [&]() -> int {
+        int rc = c->poll();
+        if (rc != TWOHOP_OK) return rc;
+        const auto now = std::chrono::steady_clock::now();
+        twohop::PostDesc d[16];
+        const uint32_t m = twohop::consume(h.ring, d, 16, &bells);
+        for (uint32_t j = 0; j < m; ++j, ++started) {
+            const uint64_t s = s0 + 1 + started;
+            if (d[j].seq != s || d[j].segment != started) return TWOHOP_ERR_TRANSPORT;
+            const int set = static_cast<int>(s % depth);
+            const twohop::Range seg = twohop::segment_range(count, seg_items, started);
+            for (size_t i = 0; i < c->my_shards.size(); ++i) {
+                const int sh = c->my_shards[i];
+                const twohop::Range r = twohop::split_even(seg.count, shards,
+                                                           static_cast<uint64_t>(sh));
+                if (c->rails.empty() || r.count == 0) continue;
+                const twohop_rail &rail = c->rails[i];
+                rc = c->rings[set * c->rails.size() + i].start(
+                    c->worker, rail.right, rail.left, rail.n, rail.pos,
+                    c->shm.result(set) + r.offset * ib, r.count, &reducer,
+                    c->ring_scratch(set, i), c->rail_tag(s, sh), kTagLastBit, d[j].last != 0);
+                if (rc != TWOHOP_OK) return rc;
+            }
+            last_progress = now;
+        }
+        while (completed < started) {
+            const uint64_t s = s0 + 1 + completed;
+            const size_t set = static_cast<size_t>(s % depth);
+            bool busy = false;
+            for (size_t i = 0; i < c->rails.size(); ++i) {
+                busy = busy || c->rings[set * c->rails.size() + i].active();
+            }
+            if (busy) break;
+            c->shm.flags(me).reduced.store(s, std::memory_order_release);
+            ++completed;
+            last_progress = now;
+        }
+        if (completed == nseg) {
+            const int q = h.fence.query();
+            if (q < 0) return TWOHOP_ERR_TRANSPORT;
+            if (q > 0) return TWOHOP_OK;
+        }
+        if (c->timeout_s > 0 &&
+            std::chrono::duration<double>(now - last_progress).count() > c->timeout_s) {
+            return TWOHOP_ERR_TIMEOUT;
+        }
+        return twohop::Proxy::kPending;
+    };
+    int rc = twohop::Proxy::instance().run(step);
+    if (rc == twohop::Proxy::kStopped) rc = TWOHOP_ERR_TRANSPORT;
+    g_doorbells.fetch_add(bells, std::memory_order_relaxed);
+    if (rc != TWOHOP_OK) {
+        release_gpu_waits(c);
+        gpu_hop1_quiesce(c);
+        return rc;
+    }
+    h.pending = false;
+    g_posted_calls.fetch_add(1, std::memory_order_relaxed);
+    if (c->verbose >= 3) {
+        char msg[200];
+        std::snprintf(msg, sizeof(msg),
+                      "GPU-posted call: %llu segments, %llu doorbells seen by the proxy",
+                      static_cast<unsigned long long>(nseg), static_cast<unsigned long long>(bells));
+        c->host.log(3, msg);
+    }
+    return TWOHOP_OK;
+}
+
 int gpu_enqueue_drain(twohop_comm *c) {
     GpuHop1 &h = c->gpu_hop1;
     if (!h.enq_pending) return TWOHOP_OK;
     int q = 0;
     int rc = c->poll_until([&h, &q] { return (q = h.enq_fence.query()) != 0; });
     if (rc != TWOHOP_OK) {
-        // A peer failed or is gone: its flags will never move. Set every flag this rank's
-        // stream may wait for past any sequence number (the comparison is cyclic over 64
-        // bits), so the stream drains; the communicator is unusable from here on.
-        const uint64_t past = uint64_t(1) << 62;
-        for (int l = 0; l < c->topo.local_size(); ++l) {
-            RankFlags &f = c->shm.flags(l);
-            f.ready.store(past, std::memory_order_release);
-            f.reduced.store(past, std::memory_order_release);
-            f.done.store(past, std::memory_order_release);
-        }
+        // A peer failed or is gone: its flags will never move; release this rank's stream.
+        release_gpu_waits(c);
         while (h.enq_fence.query() == 0) {
         }
         h.enq_pending = false;

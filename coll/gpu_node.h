@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "cuda_driver.h"
+#include "doorbell_ring.h"
 #include "reducer.h"
 #include "twohop_core.h"
 
@@ -75,6 +76,11 @@ struct GpuHop1 {
     twohop::cuda::Fence enq_fence;
     bool enq_pending = false;
     int enq_device = -1;
+    // GPU-posted mode (coll_twohop_gpu_posted): the descriptor ring the GPU writes and the proxy
+    // reads, in host memory registered with the driver (on ring_device).
+    twohop::DoorbellRing *ring = nullptr;
+    twohop::DoorbellRing *ring_dev = nullptr;
+    int ring_device = -1;
     ~GpuHop1();
 };
 
@@ -95,6 +101,22 @@ int gpu_hop1_wait(twohop_comm *c);
 /* After a failed call: waits without polling until twohop's enqueued GPU work finished (it
  * waits on nothing else, so it ends), so shared memory it reads or writes can be released. */
 void gpu_hop1_quiesce(twohop_comm *c);
+
+/*
+ * GPU-posted pipeline (coll_twohop_gpu_posted = 1) of a multi-node call whose hop 1 the node
+ * agreed to run on the GPU (c->gpu_hop1.active). The calling thread enqueues the whole call on
+ * twohop's stream, for every segment k (sequence s):
+ *   wait every local rank's done >= s - depth (the buffer set is free), hop-1 kernels of my
+ *   shards into the set's result, th_post (descriptor k; doorbell every posted_batch segments
+ *   and at the last), then for each shard: wait its owner's reduced >= s, copy it into the
+ *   receive buffer; done = s
+ * and sleeps while the proxy thread (posted/proxy.h) runs the host side: it polls the
+ * doorbell, starts the hop-2 rings of each announced segment, and publishes reduced = s when
+ * they complete (the flag other ranks' GPUs wait on). Returns a twohop_status; on failure the
+ * stream's waits are released (every local flag set past any sequence) before returning.
+ */
+int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t count,
+                        const twohop_reduction &red);
 
 /*
  * The stream-ordered GPU path (twohop_allreduce_enqueue) of a single-node communicator whose

@@ -944,6 +944,12 @@ static int twohop_register(void) {
     register_counter(c, "gpu_hop1_calls",
                      "Multi-node MPI_Allreduce calls whose hop 1 (node reduce-scatter) ran on the "
                      "GPU", twohop_gpu_hop1_calls_counter());
+    register_counter(c, "gpu_posted_calls",
+                     "Multi-node MPI_Allreduce calls run in GPU-posted mode (coll_twohop_gpu_posted)",
+                     twohop_gpu_posted_calls_counter());
+    register_counter(c, "doorbells",
+                     "Doorbells the GPU rang and the proxy thread found in GPU-posted calls",
+                     twohop_doorbells_counter());
     register_counter(c, "enqueued_calls",
                      "Stream-ordered allreduces (twohop_allreduce_enqueue) twohop enqueued on the "
                      "application's CUDA stream without waiting for it", twohop_enqueued_calls_counter());

@@ -140,6 +140,11 @@ int twohop_comm_allreduce_enqueue(twohop_comm *c, const twohop_userbuf *in,
  * Returns 0 on success, -1 on a driver error or without a CUDA driver. */
 int twohop_stream_sync(void *stream);
 
+/* Multi-node calls run in GPU-posted mode (coll_twohop_gpu_posted_calls), and the doorbells
+ * the proxy thread found rung in them (coll_twohop_doorbells). */
+const unsigned long long *twohop_gpu_posted_calls_counter(void);
+const unsigned long long *twohop_doorbells_counter(void);
+
 /* Stream-ordered calls enqueued by twohop in this process (coll_twohop_enqueued_calls). */
 const unsigned long long *twohop_enqueued_calls_counter(void);
 
@@ -176,7 +181,8 @@ const unsigned long long *twohop_gpu_calls_counter(void);
 /* Multi-node calls whose hop 1 ran on the GPU (coll_twohop_gpu_hop1_calls). */
 const unsigned long long *twohop_gpu_hop1_calls_counter(void);
 
-/* Releases process-wide resources (UCX worker and endpoints). Called at component close. */
+/* Releases process-wide resources (the GPU-posted proxy thread, the UCX worker and endpoints).
+ * Called at component close. */
 void twohop_core_finalize(void);
 
 #ifdef __cplusplus

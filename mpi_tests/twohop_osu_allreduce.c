@@ -325,9 +325,10 @@ int main(int argc, char **argv) {
     if (rank == 0) {
         if (have_pvars) {
             printf("# twohop: served %llu of %llu MPI_Allreduce calls on rank 0, fell back %llu, "
-                   "GPU path %llu, GPU hop 1 %llu\n",
+                   "GPU path %llu, GPU hop 1 %llu, GPU-posted %llu (doorbells %llu)\n",
                    c1.served - c0.served, calls, c1.fallback - c0.fallback, c1.gpu - c0.gpu,
-                   c1.gpu_hop1 - c0.gpu_hop1);
+                   c1.gpu_hop1 - c0.gpu_hop1, c1.posted - c0.posted,
+                   c1.doorbells - c0.doorbells);
         } else {
             printf("# twohop: not loaded (%s)\n", pv.why);
         }

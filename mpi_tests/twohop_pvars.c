@@ -82,18 +82,26 @@ bool twohop_pvars_open(struct twohop_pvars *pv) {
     int enq_idx = find_pvar("coll_twohop_enqueued_calls", ignored, sizeof ignored);
     pv->has_enq = enq_idx >= 0 && MPI_T_pvar_handle_alloc(pv->session, enq_idx, NULL, &pv->enq,
                                                           &n) == MPI_SUCCESS;
+    int posted_idx = find_pvar("coll_twohop_gpu_posted_calls", ignored, sizeof ignored);
+    pv->has_posted = posted_idx >= 0 && MPI_T_pvar_handle_alloc(pv->session, posted_idx, NULL,
+                                                                &pv->posted, &n) == MPI_SUCCESS;
+    int bells_idx = find_pvar("coll_twohop_doorbells", ignored, sizeof ignored);
+    pv->has_bells = bells_idx >= 0 && MPI_T_pvar_handle_alloc(pv->session, bells_idx, NULL,
+                                                              &pv->bells, &n) == MPI_SUCCESS;
     pv->found = true;
     return true;
 }
 
 struct twohop_counts twohop_pvars_read(const struct twohop_pvars *pv) {
-    struct twohop_counts c = {0, 0, 0, 0, 0};
+    struct twohop_counts c = {0, 0, 0, 0, 0, 0, 0};
     if (pv->found) {
         MPI_T_pvar_read(pv->session, pv->served, &c.served);
         MPI_T_pvar_read(pv->session, pv->fallback, &c.fallback);
         if (pv->has_gpu) MPI_T_pvar_read(pv->session, pv->gpu, &c.gpu);
         if (pv->has_hop1) MPI_T_pvar_read(pv->session, pv->hop1, &c.gpu_hop1);
         if (pv->has_enq) MPI_T_pvar_read(pv->session, pv->enq, &c.enqueued);
+        if (pv->has_posted) MPI_T_pvar_read(pv->session, pv->posted, &c.posted);
+        if (pv->has_bells) MPI_T_pvar_read(pv->session, pv->bells, &c.doorbells);
     }
     return c;
 }
@@ -105,6 +113,8 @@ void twohop_pvars_close(struct twohop_pvars *pv) {
         if (pv->has_gpu) MPI_T_pvar_handle_free(pv->session, &pv->gpu);
         if (pv->has_hop1) MPI_T_pvar_handle_free(pv->session, &pv->hop1);
         if (pv->has_enq) MPI_T_pvar_handle_free(pv->session, &pv->enq);
+        if (pv->has_posted) MPI_T_pvar_handle_free(pv->session, &pv->posted);
+        if (pv->has_bells) MPI_T_pvar_handle_free(pv->session, &pv->bells);
         MPI_T_pvar_session_free(&pv->session);
     }
     pv->found = false;

@@ -17,6 +17,8 @@ struct twohop_counts {
     unsigned long long gpu;      /* coll_twohop_gpu_path_calls (0 when absent) */
     unsigned long long gpu_hop1; /* coll_twohop_gpu_hop1_calls (0 when absent) */
     unsigned long long enqueued; /* coll_twohop_enqueued_calls (0 when absent) */
+    unsigned long long posted;   /* coll_twohop_gpu_posted_calls (0 when absent) */
+    unsigned long long doorbells; /* coll_twohop_doorbells (0 when absent) */
 };
 
 /* Handles for reading the two counters; `found` is false when twohop is not loaded. */
@@ -26,8 +28,8 @@ struct twohop_pvars {
     MPI_T_pvar_session session;
     MPI_T_pvar_handle served;
     MPI_T_pvar_handle fallback;
-    bool has_gpu, has_hop1, has_enq;
-    MPI_T_pvar_handle gpu, hop1, enq;
+    bool has_gpu, has_hop1, has_enq, has_posted, has_bells;
+    MPI_T_pvar_handle gpu, hop1, enq, posted, bells;
 };
 
 /*

@@ -6,6 +6,7 @@
 #   bash scripts/gpu_check.sh [quick|vnodes|enqueue]
 #   quick: checks only, no benchmark.
 #   enqueue: only the stream-ordered extension's checks (include/twohop.h).
+#   posted: only the GPU-posted mode's checks and benchmark (two virtual nodes).
 #   vnodes: only the two-virtual-node checks and benchmarks (hop 1 and 3 on the GPU, hop 2 on
 #           the host), with the references they are compared with.
 # Needs UCX headers and nlohmann-json, which that machine lacks: on a Debian/Ubuntu machine
@@ -132,7 +133,7 @@ enq() { # enq NAME NP VNODES GPUS [ARGS]
         grep -E "FAIL|error|signal" "$out/enqueue_$name.log" | head -5
     fi
 }
-if [[ $mode != vnodes ]]; then
+if [[ $mode != vnodes && $mode != posted ]]; then
     enq np2_one_gpu 2 "" 0 --expect-enqueued
     enq np4_one_gpu 4 "" 0 --expect-enqueued
     ((ngpu >= 2)) && enq np2_two_gpus 2 "" 0,1 --expect-enqueued
@@ -157,11 +158,11 @@ if [[ $mode == vnodes ]]; then
     check np4_rr2_one_gpu 4 rr:2 0
 fi
 # Two virtual nodes of two ranks on one GPU: hop 1 on the GPU, hop 2 on the host.
-if [[ $mode != enqueue ]] && run 4 rr:2 0 -- "$build/mpi_tests/twohop_osu_allreduce" -d cuda -c -f --expect-twohop \
+if [[ $mode != enqueue && $mode != posted ]] && run 4 rr:2 0 -- "$build/mpi_tests/twohop_osu_allreduce" -d cuda -c -f --expect-twohop \
     -T mpi_float -m 8:67108864 -i 10 -x 3 >"$out/osu_np4_rr2_one_gpu.txt" 2>&1 &&
     grep -q "GPU hop 1 [1-9]" "$out/osu_np4_rr2_one_gpu.txt"; then
     summary+=("PASS osu -d cuda -c np4_rr2_one_gpu (hop 1 on the GPU)")
-elif [[ $mode != enqueue ]]; then
+elif [[ $mode != enqueue && $mode != posted ]]; then
     summary+=("FAIL osu -d cuda -c np4_rr2_one_gpu")
     status=1
 fi
@@ -182,6 +183,27 @@ if [[ $mode == full ]]; then
                 >"$out/bench_nccl_2gpu.txt" 2>&1
         fi
     fi
+fi
+# GPU-posted mode (coll_twohop_gpu_posted=1) on two virtual nodes: the device matrix, the
+# validated OSU-style run (every pipeline call GPU-posted), and the benchmark against
+# CPU-posted in the same session.
+if [[ $mode == full || $mode == posted ]]; then
+    RUN_MCA=coll_twohop_gpu_posted=1 check np4_rr2_posted 4 rr:2 0
+    if RUN_MCA=coll_twohop_gpu_posted=1 run 4 rr:2 0 -- "$build/mpi_tests/twohop_osu_allreduce" \
+        -d cuda -c -f --expect-twohop -T mpi_float -m 8:67108864 -i 10 -x 3 \
+        >"$out/osu_np4_rr2_posted.txt" 2>&1 && grep -q "GPU-posted [1-9]" "$out/osu_np4_rr2_posted.txt"; then
+        summary+=("PASS osu -d cuda -c np4_rr2 GPU-posted ($(grep -o 'GPU-posted [0-9]* (doorbells [0-9]*)' "$out/osu_np4_rr2_posted.txt"))")
+    else
+        summary+=("FAIL osu -d cuda -c np4_rr2 GPU-posted")
+        status=1
+    fi
+    for np in 2 4 8; do
+        for mode_posted in 0 1; do
+            RUN_MCA=coll_twohop_gpu_posted=$mode_posted run $np rr:2 0 -- \
+                "$build/mpi_tests/device_allreduce" bench --max 67108864 \
+                >"$out/bench_posted${mode_posted}_np$np.txt" 2>&1
+        done
+    done
 fi
 if [[ $mode == full || $mode == vnodes ]]; then
     # Two virtual nodes of two ranks on one GPU: device buffers (hop 1 and 3 on the GPU, hop 2

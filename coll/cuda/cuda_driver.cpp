@@ -539,14 +539,18 @@ bool Fence::record(int device, void *stream) {
 
 bool write_flag(int device, void *stream, void *flag, unsigned long long value) {
     CtxScope ctx(device);
-    return ctx.ok() && ok(g_drv.stream_write_value64(static_cast<CUstream>(stream),
+    if (!ctx.ok()) return false;
+    if (stream == nullptr && (stream = own_stream(device)) == nullptr) return false;
+    return ok(g_drv.stream_write_value64(static_cast<CUstream>(stream),
                                                      reinterpret_cast<CUdeviceptr>(flag), value, 0),
                           "cuStreamWriteValue64");
 }
 
 bool wait_flag(int device, void *stream, void *flag, unsigned long long value) {
     CtxScope ctx(device);
-    return ctx.ok() && ok(g_drv.stream_wait_value64(static_cast<CUstream>(stream),
+    if (!ctx.ok()) return false;
+    if (stream == nullptr && (stream = own_stream(device)) == nullptr) return false;
+    return ok(g_drv.stream_wait_value64(static_cast<CUstream>(stream),
                                                     reinterpret_cast<CUdeviceptr>(flag), value,
                                                     CU_STREAM_WAIT_VALUE_GEQ),
                           "cuStreamWaitValue64");

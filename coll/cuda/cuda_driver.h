@@ -99,7 +99,7 @@ bool copy_async(int device, void *dst, const void *src, std::size_t n, void *str
 
 /*
  * Stream memory operations on 64-bit flags in registered host memory (`flag` is the device
- * address of the flag, from host_register): write_flag enqueues `*flag = value` after the
+ * address of the flag, from host_register; `stream` nullptr: twohop's own stream): write_flag enqueues `*flag = value` after the
  * stream's earlier work (with a memory barrier: that work's writes are visible first);
  * wait_flag makes the stream wait until (int64_t)(*flag - value) >= 0 (cuStreamWaitValue64,
  * CU_STREAM_WAIT_VALUE_GEQ). False on a driver error.

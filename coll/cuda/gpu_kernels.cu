@@ -14,6 +14,7 @@
  */
 #include <cstdint>
 
+#include "doorbell_ring.h"
 #include "gpu_kernel_list.h"
 #include "reduce_ops.h"
 
@@ -67,3 +68,18 @@ template <typename T, typename Op> __device__ void reduce_bcast(const twohop_gpu
         reduce_bcast<T, F>(a);                                                                 \
     }
 TWOHOP_GPU_KERNELS(TWOHOP_DEFINE_KERNEL)
+
+/*
+ * GPU-posted operations: after a segment's hop-1 kernel (stream order), one thread writes the
+ * segment's descriptor into the proxy's ring in registered host memory and, on a doorbell
+ * segment, makes it and every earlier descriptor visible system-wide before bumping the
+ * doorbell (doorbell_ring.h). The proxy thread polls the doorbell and posts hop 2 at once.
+ */
+extern "C" __global__ void th_post(twohop::PostArgs a) {
+    if (blockIdx.x != 0 || threadIdx.x != 0) return;
+    a.ring->slot[a.index % twohop::DoorbellRing::kSlots] = a.desc;
+    if (a.ring_bell) {
+        __threadfence_system();
+        *reinterpret_cast<volatile unsigned long long *>(&a.ring->doorbell) = a.index + 1;
+    }
+}

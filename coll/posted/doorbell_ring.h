@@ -43,6 +43,17 @@ struct DoorbellRing {
 static_assert(sizeof(PostDesc) == 16, "descriptor layout shared with device code");
 static_assert(sizeof(DoorbellRing) == 128 + 16 * DoorbellRing::kSlots, "ring layout");
 
+/* The argument of the device producer th_post (gpu_kernels.cu): writes descriptor `index`
+ * (`desc`) into the ring at `ring` (its device address) and, when ring_bell, publishes every
+ * descriptor up to it: __threadfence_system, then one store to the doorbell. */
+struct PostArgs {
+    DoorbellRing *ring;
+    uint64_t index;
+    PostDesc desc;
+    int32_t ring_bell;
+    int32_t pad;
+};
+
 #ifndef __CUDACC__
 /* Host producer (tests; the device producer is th_post in gpu_kernels.cu). Writes descriptor
  * `index` and, when `ring_bell`, publishes every descriptor up to it. False when the slot is
