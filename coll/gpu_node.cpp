@@ -502,14 +502,17 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
     const uint64_t s0 = c->seq;
     c->seq += nseg;
 
-    // 1. The whole call on twohop's stream.
+    // 1. The whole call on twohop's stream, in the CPU-posted pipeline's order: start(0) ..
+    // start(depth - 1), finish(0), start(depth), finish(1), ... so that hop 1 of a segment
+    // runs while the segments before it are in hop 2 (the stream is in order: a finish waits
+    // for hop 2 of its segment).
     bool ok = true;
     const int first = c->my_shards.front();
-    for (uint64_t k = 0; ok && k < nseg; ++k) {
+    auto start = [&](uint64_t k) {
         const uint64_t s = s0 + 1 + k;
         const int set = static_cast<int>(s % depth);
         const twohop::Range seg = twohop::segment_range(count, seg_items, k);
-        if (s > depth) {
+        if (s > depth) { // the buffer set is free: every local rank finished segment s - depth
             for (int l = 0; ok && l < L; ++l) {
                 ok = cuda::wait_flag(dev, nullptr, flag_addr(c, l, &RankFlags::done), s - depth);
             }
@@ -524,6 +527,11 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
         twohop::PostArgs pa{h.ring_dev, k, {s, static_cast<uint32_t>(k), last ? 1u : 0u},
                             (k + 1) % batch == 0 || last ? 1 : 0, 0};
         ok = ok && cuda::launch(dev, "th_post", &pa, sizeof(pa), 1);
+    };
+    auto finish = [&](uint64_t k) {
+        const uint64_t s = s0 + 1 + k;
+        const int set = static_cast<int>(s % depth);
+        const twohop::Range seg = twohop::segment_range(count, seg_items, k);
         for (uint64_t j = 0; ok && j < shards; ++j) {
             const int sh = static_cast<int>((first + j) % shards);
             const twohop::Range r = twohop::split_even(seg.count, shards,
@@ -535,7 +543,12 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
                                   c->shm.result(set) + r.offset * ib, r.count * ib);
         }
         ok = ok && cuda::write_flag(dev, nullptr, flag_addr(c, me, &RankFlags::done), s);
+    };
+    for (uint64_t k = 0; ok && k < nseg; ++k) {
+        if (k >= depth) finish(k - depth);
+        start(k);
     }
+    for (uint64_t k = nseg > depth ? nseg - depth : 0; ok && k < nseg; ++k) finish(k);
     ok = ok && h.fence.record(dev);
     h.pending = true;
     if (!ok) {

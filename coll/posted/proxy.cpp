@@ -16,8 +16,15 @@ int Proxy::run(std::function<int()> step) {
     if (stopping_ || stopped_) return kStopped;
     if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
     jobs_.push_back(&job);
+    queued_.fetch_add(1, std::memory_order_release);
     work_.notify_one();
-    done_.wait(lock, [&job] { return job.finished; });
+    lock.unlock();
+    const auto until = std::chrono::steady_clock::now() + kSpin;
+    while (!job.finished.load(std::memory_order_acquire) &&
+           std::chrono::steady_clock::now() < until) {
+    }
+    lock.lock();
+    done_.wait(lock, [&job] { return job.finished.load(std::memory_order_acquire); });
     return job.status;
 }
 
@@ -25,6 +32,15 @@ void Proxy::loop() {
     std::vector<Job *> batch;
     std::unique_lock<std::mutex> lock(m_);
     for (;;) {
+        if (jobs_.empty() && !stopping_) { // spin a little before sleeping: see proxy.h
+            const uint64_t seen = queued_.load(std::memory_order_acquire);
+            lock.unlock();
+            const auto until = std::chrono::steady_clock::now() + kSpin;
+            while (queued_.load(std::memory_order_acquire) == seen &&
+                   std::chrono::steady_clock::now() < until) {
+            }
+            lock.lock();
+        }
         work_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
         if (stopping_) break;
         batch.assign(jobs_.begin(), jobs_.end());
@@ -41,14 +57,14 @@ void Proxy::loop() {
         lock.lock();
         for (Job *j : finished) {
             jobs_.remove(j);
-            j->finished = true;
+            j->finished.store(true, std::memory_order_release);
             ++jobs_done_;
         }
         if (!finished.empty()) done_.notify_all();
     }
     for (Job *j : jobs_) { // abandoned: their callers get kStopped
         j->status = kStopped;
-        j->finished = true;
+        j->finished.store(true, std::memory_order_release);
     }
     jobs_.clear();
     done_.notify_all();
