@@ -1,5 +1,6 @@
 #include "gpu_node.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -7,6 +8,7 @@
 #include <cstring>
 #include <string>
 #include <unistd.h>
+#include <vector>
 
 #include "comm_state.h"
 #include "cuda_driver.h"
@@ -502,6 +504,38 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
     const uint64_t s0 = c->seq;
     c->seq += nseg;
 
+    // Gates (doorbell_ring.h): segment k may start once every local rank is done with the
+    // segment that used its buffer set before (s - depth); it may finish once every shard's
+    // owner on this node published its hop-2 result. The host watches the local ranks' flags
+    // and opens the gates in this process's ring; the GPU waits on the two gate words only.
+    std::vector<int> owners;
+    for (int sh = 0; sh < static_cast<int>(shards); ++sh) {
+        const int o = c->topo.shard_owner(node, sh);
+        if (std::find(owners.begin(), owners.end(), o) == owners.end()) owners.push_back(o);
+    }
+    uint64_t gate_start = 0, gate_finish = 0;
+    auto open_gates = [&]() {
+        while (gate_start < nseg) {
+            const uint64_t s = s0 + 1 + gate_start;
+            bool free = true;
+            for (int l = 0; free && s > depth && l < L; ++l) {
+                free = c->shm.flags(l).done.load(std::memory_order_acquire) >= s - depth;
+            }
+            if (!free) break;
+            twohop::open_gate(&h.ring->gate_start, ++gate_start);
+        }
+        while (gate_finish < nseg) {
+            const uint64_t s = s0 + 1 + gate_finish;
+            bool all = true;
+            for (size_t i = 0; all && i < owners.size(); ++i) {
+                all = c->shm.flags(owners[i]).reduced.load(std::memory_order_acquire) >= s;
+            }
+            if (!all) break;
+            twohop::open_gate(&h.ring->gate_finish, ++gate_finish);
+        }
+    };
+    open_gates(); // the segments whose sets are free already need no wait on the GPU
+
     // 1. The whole call on twohop's stream, in the CPU-posted pipeline's order: start(0) ..
     // start(depth - 1), finish(0), start(depth), finish(1), ... so that hop 1 of a segment
     // runs while the segments before it are in hop 2 (the stream is in order: a finish waits
@@ -512,10 +546,8 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
         const uint64_t s = s0 + 1 + k;
         const int set = static_cast<int>(s % depth);
         const twohop::Range seg = twohop::segment_range(count, seg_items, k);
-        if (s > depth) { // the buffer set is free: every local rank finished segment s - depth
-            for (int l = 0; ok && l < L; ++l) {
-                ok = cuda::wait_flag(dev, nullptr, flag_addr(c, l, &RankFlags::done), s - depth);
-            }
+        if (k >= gate_start) { // the proxy opens it when the buffer set is free
+            ok = cuda::wait_flag(dev, nullptr, &h.ring_dev->gate_start, k + 1);
         }
         for (size_t i = 0; ok && i < c->my_shards.size(); ++i) {
             const twohop::Range r = twohop::split_even(seg.count, shards,
@@ -532,14 +564,13 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
         const uint64_t s = s0 + 1 + k;
         const int set = static_cast<int>(s % depth);
         const twohop::Range seg = twohop::segment_range(count, seg_items, k);
+        // The proxy opens the gate when every shard's owner published its hop-2 result.
+        ok = ok && cuda::wait_flag(dev, nullptr, &h.ring_dev->gate_finish, k + 1);
         for (uint64_t j = 0; ok && j < shards; ++j) {
             const int sh = static_cast<int>((first + j) % shards);
             const twohop::Range r = twohop::split_even(seg.count, shards,
                                                        static_cast<uint64_t>(sh));
-            ok = cuda::wait_flag(dev, nullptr,
-                                 flag_addr(c, c->topo.shard_owner(node, sh), &RankFlags::reduced),
-                                 s) &&
-                 cuda::copy_async(dev, out.device + (seg.offset + r.offset) * ib,
+            ok = cuda::copy_async(dev, out.device + (seg.offset + r.offset) * ib,
                                   c->shm.result(set) + r.offset * ib, r.count * ib);
         }
         ok = ok && cuda::write_flag(dev, nullptr, flag_addr(c, me, &RankFlags::done), s);
@@ -551,9 +582,15 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
     for (uint64_t k = nseg > depth ? nseg - depth : 0; ok && k < nseg; ++k) finish(k);
     ok = ok && h.fence.record(dev);
     h.pending = true;
-    if (!ok) {
+    // On failure: every wait of this rank's stream released, the stream drained.
+    auto release = [&]() {
         release_gpu_waits(c);
+        twohop::open_gate(&h.ring->gate_start, uint64_t(1) << 62);
+        twohop::open_gate(&h.ring->gate_finish, uint64_t(1) << 62);
         gpu_hop1_quiesce(c);
+    };
+    if (!ok) {
+        release();
         return gpu_error(c, "enqueueing the GPU-posted call failed on local rank", me);
     }
 
@@ -598,6 +635,7 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
             ++completed;
             last_progress = now;
         }
+        open_gates();
         if (completed == nseg) {
             const int q = h.fence.query();
             if (q < 0) return TWOHOP_ERR_TRANSPORT;
@@ -613,8 +651,7 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
     if (rc == twohop::Proxy::kStopped) rc = TWOHOP_ERR_TRANSPORT;
     g_doorbells.fetch_add(bells, std::memory_order_relaxed);
     if (rc != TWOHOP_OK) {
-        release_gpu_waits(c);
-        gpu_hop1_quiesce(c);
+        release();
         return rc;
     }
     h.pending = false;

@@ -105,15 +105,18 @@ void gpu_hop1_quiesce(twohop_comm *c);
 /*
  * GPU-posted pipeline (coll_twohop_gpu_posted = 1) of a multi-node call whose hop 1 the node
  * agreed to run on the GPU (c->gpu_hop1.active). The calling thread enqueues the whole call on
- * twohop's stream, for every segment k (sequence s):
- *   wait every local rank's done >= s - depth (the buffer set is free), hop-1 kernels of my
- *   shards into the set's result, th_post (descriptor k; doorbell every posted_batch segments
- *   and at the last), then for each shard: wait its owner's reduced >= s, copy it into the
- *   receive buffer; done = s
+ * twohop's stream, in the CPU-posted pipeline's order (start(0) .. start(depth - 1), finish(0),
+ * start(depth), finish(1), ...):
+ *   start(k)   wait gate_start > k (buffer set free), hop-1 kernels of my shards into the
+ *              set's result, th_post: descriptor k, doorbell every posted_batch segments and
+ *              at the last
+ *   finish(k)  wait gate_finish > k (every shard's hop-2 result published on the node), copy
+ *              every shard into the receive buffer, done = s (stream write)
  * and sleeps while the proxy thread (posted/proxy.h) runs the host side: it polls the
- * doorbell, starts the hop-2 rings of each announced segment, and publishes reduced = s when
- * they complete (the flag other ranks' GPUs wait on). Returns a twohop_status; on failure the
- * stream's waits are released (every local flag set past any sequence) before returning.
+ * doorbell, starts the hop-2 rings of each announced segment, publishes reduced = s when they
+ * complete, and opens the two gates (doorbell_ring.h) from the local ranks' done and reduced
+ * flags. Returns a twohop_status; on failure the stream's waits are released (gates and local
+ * flags set past any sequence) and the stream drained before returning.
  */
 int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t count,
                         const twohop_reduction &red);

@@ -35,13 +35,21 @@ struct PostDesc {
 struct DoorbellRing {
     static constexpr uint32_t kSlots = 64;
     uint64_t doorbell;   // descriptors published so far (written by the producer only)
-    uint64_t pad0[7];    // doorbell and consumed on separate 64-byte lines
+    uint64_t pad0[7];    // every counter on its own 64-byte line
     uint64_t consumed;   // descriptors read so far (written by the consumer only)
     uint64_t pad1[7];
+    // Gates the consumer opens for the producer's stream (GPU-posted pipeline, gpu_node.h):
+    // segments whose buffer set is free to start, and segments whose hop-2 results are all
+    // published on the node. The GPU waits on these two words of its own process instead of
+    // on every local rank's flags.
+    uint64_t gate_start;
+    uint64_t pad2[7];
+    uint64_t gate_finish;
+    uint64_t pad3[7];
     PostDesc slot[kSlots];
 };
 static_assert(sizeof(PostDesc) == 16, "descriptor layout shared with device code");
-static_assert(sizeof(DoorbellRing) == 128 + 16 * DoorbellRing::kSlots, "ring layout");
+static_assert(sizeof(DoorbellRing) == 256 + 16 * DoorbellRing::kSlots, "ring layout");
 
 /* The argument of the device producer th_post (gpu_kernels.cu): writes descriptor `index`
  * (`desc`) into the ring at `ring` (its device address) and, when ring_bell, publishes every
@@ -89,7 +97,12 @@ inline uint32_t consume(DoorbellRing *r, PostDesc *out, uint32_t max,
 inline void reset(DoorbellRing *r) {
     __atomic_store_n(&r->doorbell, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&r->consumed, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&r->gate_start, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&r->gate_finish, 0, __ATOMIC_RELAXED);
 }
+
+/* Consumer: opens gate `g` (gate_start or gate_finish) up to `value` (monotonic). */
+inline void open_gate(uint64_t *g, uint64_t value) { __atomic_store_n(g, value, __ATOMIC_RELEASE); }
 #endif
 
 } // namespace twohop
