@@ -43,3 +43,17 @@ extern "C" int enqueue_test_check(const float *buf, long long n, float expect_ba
     check<<<64, 256, 0, s>>>(buf, n, expect_base, scale, errors);
     return cudaGetLastError() == cudaSuccess ? 0 : -1;
 }
+
+/* "Compute": every block spins for `ns` nanoseconds (occupies the SMs it runs on). */
+__global__ void compute(unsigned long long ns) {
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    } while (t - t0 < ns);
+}
+
+extern "C" int enqueue_test_compute(unsigned long long ns, int blocks, cudaStream_t s) {
+    compute<<<blocks, 128, 0, s>>>(ns);
+    return cudaGetLastError() == cudaSuccess ? 0 : -1;
+}

@@ -184,6 +184,21 @@ if [[ $mode == full ]]; then
         fi
     fi
 fi
+# Overlap: a compute kernel on one stream, allreduces on another (enqueued on one node;
+# blocking MPI_Allreduce on virtual nodes, CPU-posted and GPU-posted).
+if [[ $mode == full || $mode == enqueue || $mode == posted ]] &&
+    [[ -x $build/mpi_tests/enqueue_allreduce ]]; then
+    ovl() { # ovl NAME NP VNODES [ARGS]
+        local name=$1 np=$2 vn=$3
+        shift 3
+        run "$np" "$vn" 0 -- "$build/mpi_tests/enqueue_allreduce" overlap "$@" \
+            >"$out/overlap_$name.log" 2>&1
+        summary+=("overlap $name: $(grep -m1 '^overlap' "$out/overlap_$name.log" || echo FAILED)")
+    }
+    [[ $mode != posted ]] && ovl np4_enqueued 4 ""
+    RUN_MCA=coll_twohop_gpu_posted=0 ovl np4_rr2_cpu_posted 4 rr:2 --blocking --bytes 4194304 --calls 4
+    RUN_MCA=coll_twohop_gpu_posted=1 ovl np4_rr2_gpu_posted 4 rr:2 --blocking --bytes 4194304 --calls 4
+fi
 # GPU-posted mode (coll_twohop_gpu_posted=1) on two virtual nodes: the device matrix, the
 # validated OSU-style run (every pipeline call GPU-posted), and the benchmark against
 # CPU-posted in the same session.
