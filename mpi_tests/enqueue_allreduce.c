@@ -5,7 +5,9 @@
  *
  * usage: enqueue_allreduce [--expect-enqueued]
  *        enqueue_allreduce overlap [--blocking] [--bytes N] [--calls K] [--compute-ms T]
- *          a "compute" kernel (every SM busy for T ms, default 20) on one stream and K
+ *                                  [--blocks-per-sm B]
+ *          a "compute" kernel (B blocks of 128 threads per SM, default 1, busy for T ms,
+ *          default 20; B = 16 fills every SM's 2048 thread slots) on one stream and K
  *          allreduces of N bytes (default 16 MiB, 8 calls) on another, each alone and then
  *          together: prints both alone, together, and the overlap
  *          (alone_compute + alone_allreduce - together) / min(alone_compute, alone_allreduce).
@@ -361,17 +363,19 @@ static int overlap(int argc, char **argv) {
     a.calls = 8;
     a.n = (16 << 20) / 4;
     double compute_ms = 20;
+    int per_sm = 1;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--blocking")) a.blocking = true;
         else if (!strcmp(argv[i], "--bytes") && i + 1 < argc) a.n = atoll(argv[++i]) / 4;
         else if (!strcmp(argv[i], "--calls") && i + 1 < argc) a.calls = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--compute-ms") && i + 1 < argc) compute_ms = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--blocks-per-sm") && i + 1 < argc) per_sm = atoi(argv[++i]);
     }
     a.compute_ns = (unsigned long long)(compute_ms * 1e6);
     int dev, sms;
     CK(cudaGetDevice(&dev));
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    a.blocks = sms; // one 128-thread block per SM: every SM busy, room left for other kernels
+    a.blocks = sms * (per_sm > 0 ? per_sm : 1);
     CK(cudaMalloc((void **)&a.in, a.n * sizeof(float)));
     CK(cudaMalloc((void **)&a.out, a.n * sizeof(float)));
     CK(cudaMemset(a.in, 0, a.n * sizeof(float)));

@@ -195,9 +195,18 @@ if [[ $mode == full || $mode == enqueue || $mode == posted ]] &&
             >"$out/overlap_$name.log" 2>&1
         summary+=("overlap $name: $(grep -m1 '^overlap' "$out/overlap_$name.log" || echo FAILED)")
     }
-    [[ $mode != posted ]] && ovl np4_enqueued 4 ""
-    RUN_MCA=coll_twohop_gpu_posted=0 ovl np4_rr2_cpu_posted 4 rr:2 --blocking --bytes 4194304 --calls 4
-    RUN_MCA=coll_twohop_gpu_posted=1 ovl np4_rr2_gpu_posted 4 rr:2 --blocking --bytes 4194304 --calls 4
+    # Compute of about the allreduces' length; one block per SM (room left on every SM), and
+    # 16 blocks per SM (every thread slot taken: other kernels wait for free slots).
+    if [[ $mode != posted ]]; then
+        ovl np4_enqueued 4 "" --compute-ms 1
+        ovl np4_enqueued_full_sms 4 "" --compute-ms 1 --blocks-per-sm 16
+    fi
+    for p in 0 1; do
+        RUN_MCA=coll_twohop_gpu_posted=$p ovl np4_rr2_gpu_posted$p 4 rr:2 --blocking \
+            --bytes 4194304 --calls 4 --compute-ms 12
+        RUN_MCA=coll_twohop_gpu_posted=$p ovl np4_rr2_gpu_posted${p}_full_sms 4 rr:2 --blocking \
+            --bytes 4194304 --calls 4 --compute-ms 12 --blocks-per-sm 16
+    done
 fi
 # GPU-posted mode (coll_twohop_gpu_posted=1) on two virtual nodes: the device matrix, the
 # validated OSU-style run (every pipeline call GPU-posted), and the benchmark against
