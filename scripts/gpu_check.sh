@@ -134,6 +134,14 @@ enq() { # enq NAME NP VNODES GPUS [ARGS]
     fi
 }
 if [[ $mode != vnodes && $mode != posted ]]; then
+    # The README's example, as a user would run it.
+    if run 4 "" 0 -- "$build/mpi_tests/allreduce_enqueue" >"$out/example_enqueue.log" 2>&1 &&
+        grep -q "rc 0, grad\[0\] = 6 (expected 6)" "$out/example_enqueue.log"; then
+        summary+=("PASS README example allreduce_enqueue")
+    else
+        summary+=("FAIL README example allreduce_enqueue")
+        status=1
+    fi
     enq np2_one_gpu 2 "" 0 --expect-enqueued
     enq np4_one_gpu 4 "" 0 --expect-enqueued
     ((ngpu >= 2)) && enq np2_two_gpus 2 "" 0,1 --expect-enqueued
