@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -13,6 +14,7 @@
 #include "comm_state.h"
 #include "cuda_driver.h"
 #include "gpu_kernel_list.h"
+#include "posted_job.h"
 #include "proxy.h"
 #include "segment_plan.h"
 
@@ -595,60 +597,65 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
     }
 
     // 2. The proxy thread posts hop 2 as the doorbell announces segments; this thread sleeps.
-    const twohop::Reducer reducer(red); // the rings use it until they complete
-    uint64_t started = 0, completed = 0, bells = 0;
-    auto last_progress = std::chrono::steady_clock::now();
-    auto step = [&]() -> int {
-        int rc = c->poll();
-        if (rc != TWOHOP_OK) return rc;
-        const auto now = std::chrono::steady_clock::now();
-        twohop::PostDesc d[16];
-        const uint32_t m = twohop::consume(h.ring, d, 16, &bells);
-        for (uint32_t j = 0; j < m; ++j, ++started) {
-            const uint64_t s = s0 + 1 + started;
-            if (d[j].seq != s || d[j].segment != started) return TWOHOP_ERR_TRANSPORT;
-            const int set = static_cast<int>(s % depth);
-            const twohop::Range seg = twohop::segment_range(count, seg_items, started);
-            for (size_t i = 0; i < c->my_shards.size(); ++i) {
-                const int sh = c->my_shards[i];
+    // The transport behind the job: hop-2 rings over UCX for this communicator.
+    class RingBackend : public twohop::PostedBackend {
+      public:
+        RingBackend(twohop_comm *c, const twohop_reduction &red, uint64_t count,
+                    uint64_t seg_items, uint64_t s0, const std::function<void()> &gates)
+            : c_(c), reducer_(red), count_(count), seg_items_(seg_items), s0_(s0),
+              gates_(gates) {}
+        int progress() override { return c_->poll(); }
+        int post(const twohop::PostDesc &d) override {
+            const uint64_t shards = static_cast<uint64_t>(c_->topo.n_shards());
+            const uint64_t ib = reducer_.item_bytes();
+            const int set = static_cast<int>(d.seq % static_cast<uint64_t>(c_->depth));
+            const twohop::Range seg = twohop::segment_range(count_, seg_items_, d.segment);
+            for (size_t i = 0; i < c_->my_shards.size(); ++i) {
+                const int sh = c_->my_shards[i];
                 const twohop::Range r = twohop::split_even(seg.count, shards,
                                                            static_cast<uint64_t>(sh));
-                if (c->rails.empty() || r.count == 0) continue;
-                const twohop_rail &rail = c->rails[i];
-                rc = c->rings[set * c->rails.size() + i].start(
-                    c->worker, rail.right, rail.left, rail.n, rail.pos,
-                    c->shm.result(set) + r.offset * ib, r.count, &reducer,
-                    c->ring_scratch(set, i), c->rail_tag(s, sh), kTagLastBit, d[j].last != 0);
+                if (c_->rails.empty() || r.count == 0) continue;
+                const twohop_rail &rail = c_->rails[i];
+                const int rc = c_->rings[set * c_->rails.size() + i].start(
+                    c_->worker, rail.right, rail.left, rail.n, rail.pos,
+                    c_->shm.result(set) + r.offset * ib, r.count, &reducer_,
+                    c_->ring_scratch(set, i), c_->rail_tag(d.seq, sh), kTagLastBit, d.last != 0);
                 if (rc != TWOHOP_OK) return rc;
             }
-            last_progress = now;
+            return TWOHOP_OK;
         }
-        while (completed < started) {
-            const uint64_t s = s0 + 1 + completed;
-            const size_t set = static_cast<size_t>(s % depth);
-            bool busy = false;
-            for (size_t i = 0; i < c->rails.size(); ++i) {
-                busy = busy || c->rings[set * c->rails.size() + i].active();
+        bool done(uint64_t segment) override {
+            const size_t set = static_cast<size_t>((s0_ + 1 + segment) % c_->depth);
+            for (size_t i = 0; i < c_->rails.size(); ++i) {
+                if (c_->rings[set * c_->rails.size() + i].active()) return false;
             }
-            if (busy) break;
-            c->shm.flags(me).reduced.store(s, std::memory_order_release);
-            ++completed;
-            last_progress = now;
+            return true;
         }
-        open_gates();
-        if (completed == nseg) {
-            const int q = h.fence.query();
-            if (q < 0) return TWOHOP_ERR_TRANSPORT;
-            if (q > 0) return TWOHOP_OK;
+        void retire(uint64_t segment) override {
+            c_->shm.flags(c_->topo.local_rank)
+                .reduced.store(s0_ + 1 + segment, std::memory_order_release);
         }
-        if (c->timeout_s > 0 &&
-            std::chrono::duration<double>(now - last_progress).count() > c->timeout_s) {
-            return TWOHOP_ERR_TIMEOUT;
+        void gates() override { gates_(); }
+        int drained() override {
+            const int q = c_->gpu_hop1.fence.query();
+            return q < 0 ? TWOHOP_ERR_TRANSPORT : q;
         }
-        return twohop::Proxy::kPending;
+
+      private:
+        twohop_comm *c_;
+        const twohop::Reducer reducer_; // the rings use it until they complete
+        uint64_t count_, seg_items_, s0_;
+        const std::function<void()> &gates_;
     };
+    const std::function<void()> gates_fn = open_gates;
+    RingBackend backend(c, red, count, seg_items, s0, gates_fn);
+    twohop::PostedJob job(h.ring, &backend, s0, nseg, c->timeout_s, TWOHOP_ERR_TIMEOUT);
+    auto step = [&job]() { return job.step(twohop::Proxy::kPending); };
     int rc = twohop::Proxy::instance().run(step);
-    if (rc == twohop::Proxy::kStopped) rc = TWOHOP_ERR_TRANSPORT;
+    if (rc == twohop::Proxy::kStopped || rc == twohop::kPostedBadDescriptor) {
+        rc = TWOHOP_ERR_TRANSPORT;
+    }
+    const uint64_t bells = job.doorbells();
     g_doorbells.fetch_add(bells, std::memory_order_relaxed);
     if (rc != TWOHOP_OK) {
         release();

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <ctime>
+#include <map>
 #include <pthread.h>
 #include <thread>
 #include <vector>
@@ -136,4 +137,113 @@ TEST(Proxy, StopWithAJobInFlightEndsItWithAnError) {
     EXPECT_FALSE(p.running());
     EXPECT_EQ(p.run([] { return 0; }), Proxy::kStopped); // refused after stop, no hang
     p.stop(); // idempotent
+}
+
+// ---- PostedJob: the host side of a GPU-posted call, with a fake transport and a host thread
+// standing in for the GPU (it posts descriptors as "kernels" finish and drains at the end).
+#include "posted_job.h"
+
+namespace {
+
+class FakeBackend : public twohop::PostedBackend {
+  public:
+    explicit FakeBackend(uint64_t nseg) : posted_at(nseg, 0), retired(nseg, false) {}
+    int progress() override { return fail_progress; }
+    int post(const PostDesc &d) override {
+        posts.push_back(d.segment);
+        posted_at[d.segment] = ++clock;
+        return 0;
+    }
+    // A segment's transfer completes 3 progress rounds after it was posted.
+    bool done(uint64_t seg) override { return posted_at[seg] && ++ticks[seg] >= 3; }
+    void retire(uint64_t seg) override {
+        retired[seg] = true;
+        order.push_back(seg);
+    }
+    void gates() override { ++gate_calls; }
+    int drained() override { return gpu_done.load() ? 1 : 0; }
+
+    std::vector<uint64_t> posted_at, posts, order;
+    std::vector<bool> retired;
+    std::map<uint64_t, int> ticks;
+    uint64_t clock = 0, gate_calls = 0;
+    int fail_progress = 0;
+    std::atomic<bool> gpu_done{false};
+};
+
+constexpr int kPending = -1;
+
+} // namespace
+
+TEST(PostedJob, PostsAndRetiresEverySegmentInOrderThenWaitsForTheGpu) {
+    const uint64_t nseg = 37, s0 = 500;
+    DoorbellRing ring{};
+    FakeBackend be(nseg);
+    twohop::PostedJob job(&ring, &be, s0, nseg, 0, -99);
+    std::thread gpu([&] { // the "GPU": a descriptor per segment, a doorbell every 4 and at the end
+        for (uint64_t k = 0; k < nseg; ++k) {
+            const bool last = k + 1 == nseg;
+            while (!twohop::post_host(&ring, k, PostDesc{s0 + 1 + k, uint32_t(k), last}, (k + 1) % 4 == 0 || last)) {
+            }
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        be.gpu_done = true; // hop 3 of the last segment finished
+    });
+    int st = kPending;
+    while ((st = job.step(kPending)) == kPending) {
+    }
+    gpu.join();
+    EXPECT_EQ(st, 0);
+    ASSERT_EQ(be.order.size(), nseg);
+    for (uint64_t k = 0; k < nseg; ++k) {
+        EXPECT_EQ(be.posts[k], k);
+        EXPECT_EQ(be.order[k], k);
+    }
+    EXPECT_EQ(job.retired(), nseg);
+    EXPECT_GE(job.doorbells(), 1u);
+    EXPECT_LE(job.doorbells(), (nseg + 3) / 4);
+    EXPECT_GT(be.gate_calls, 0u);
+}
+
+TEST(PostedJob, OutOfOrderDescriptorIsAnError) {
+    DoorbellRing ring{};
+    FakeBackend be(4);
+    twohop::PostedJob job(&ring, &be, 10, 4, 0, -99);
+    ASSERT_TRUE(twohop::post_host(&ring, 0, PostDesc{12, 1, 0}, true)); // segment 1 first
+    EXPECT_EQ(job.step(kPending), twohop::kPostedBadDescriptor);
+}
+
+TEST(PostedJob, TransportFailureEndsTheJob) {
+    DoorbellRing ring{};
+    FakeBackend be(4);
+    twohop::PostedJob job(&ring, &be, 0, 4, 0, -99);
+    EXPECT_EQ(job.step(kPending), kPending);
+    be.fail_progress = 7;
+    EXPECT_EQ(job.step(kPending), 7);
+}
+
+TEST(PostedJob, NoDescriptorWithinTheTimeoutIsATimeout) {
+    DoorbellRing ring{};
+    FakeBackend be(2);
+    twohop::PostedJob job(&ring, &be, 0, 2, 0.05, -99);
+    const auto t0 = std::chrono::steady_clock::now();
+    int st;
+    while ((st = job.step(kPending)) == kPending) {
+    }
+    EXPECT_EQ(st, -99);
+    EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(50));
+}
+
+TEST(PostedJob, RunsOnTheProxyThread) {
+    const uint64_t nseg = 9;
+    DoorbellRing ring{};
+    FakeBackend be(nseg);
+    twohop::PostedJob job(&ring, &be, 0, nseg, 0, -99);
+    for (uint64_t k = 0; k < nseg; ++k) {
+        ASSERT_TRUE(twohop::post_host(&ring, k, PostDesc{k + 1, uint32_t(k), k + 1 == nseg}, true));
+    }
+    be.gpu_done = true;
+    Proxy p;
+    EXPECT_EQ(p.run([&] { return job.step(Proxy::kPending); }), 0);
+    EXPECT_EQ(job.retired(), nseg);
 }
