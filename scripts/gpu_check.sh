@@ -7,6 +7,7 @@
 #   quick: checks only, no benchmark.
 #   enqueue: only the stream-ordered extension's checks (include/twohop.h).
 #   posted: only the GPU-posted mode's checks and benchmark (two virtual nodes).
+#   scale: only hop 2 at scale (8 B latency on 2..16 virtual nodes, set-up cost).
 #   vnodes: only the two-virtual-node checks and benchmarks (hop 1 and 3 on the GPU, hop 2 on
 #           the host), with the references they are compared with.
 # Needs UCX headers and nlohmann-json, which that machine lacks: on a Debian/Ubuntu machine
@@ -133,7 +134,7 @@ enq() { # enq NAME NP VNODES GPUS [ARGS]
         grep -E "FAIL|error|signal" "$out/enqueue_$name.log" | head -5
     fi
 }
-if [[ $mode != vnodes && $mode != posted ]]; then
+if [[ $mode != vnodes && $mode != posted && $mode != scale ]]; then
     # The README's example, as a user would run it.
     if run 4 "" 0 -- "$build/mpi_tests/allreduce_enqueue" >"$out/example_enqueue.log" 2>&1 &&
         grep -q "rc 0, grad\[0\] = 6 (expected 6)" "$out/example_enqueue.log"; then
@@ -166,11 +167,11 @@ if [[ $mode == vnodes ]]; then
     check np4_rr2_one_gpu 4 rr:2 0
 fi
 # Two virtual nodes of two ranks on one GPU: hop 1 on the GPU, hop 2 on the host.
-if [[ $mode != enqueue && $mode != posted ]] && run 4 rr:2 0 -- "$build/mpi_tests/twohop_osu_allreduce" -d cuda -c -f --expect-twohop \
+if [[ $mode != enqueue && $mode != posted && $mode != scale ]] && run 4 rr:2 0 -- "$build/mpi_tests/twohop_osu_allreduce" -d cuda -c -f --expect-twohop \
     -T mpi_float -m 8:67108864 -i 10 -x 3 >"$out/osu_np4_rr2_one_gpu.txt" 2>&1 &&
     grep -q "GPU hop 1 [1-9]" "$out/osu_np4_rr2_one_gpu.txt"; then
     summary+=("PASS osu -d cuda -c np4_rr2_one_gpu (hop 1 on the GPU)")
-elif [[ $mode != enqueue && $mode != posted ]]; then
+elif [[ $mode != enqueue && $mode != posted && $mode != scale ]]; then
     summary+=("FAIL osu -d cuda -c np4_rr2_one_gpu")
     status=1
 fi
@@ -254,6 +255,31 @@ if [[ $mode == full || $mode == vnodes ]]; then
         -d cuda -f -T mpi_float -m 67108864:67108864 -i 3 -x 1 >"$out/phases_vnodes.log" 2>&1
     RUN_MCA=coll_twohop_verbose=3 run 4 rr:2 0 -- "$build/mpi_tests/twohop_osu_allreduce" \
         -f -T mpi_float -m 67108864:67108864 -i 3 -x 1 >"$out/phases_vnodes_host.log" 2>&1
+fi
+
+# Hop 2 at scale on the 16-core machine (host buffers): 8 B latency with one rank per virtual
+# node, recursive doubling against the ring and tuned; the set-up cost of a new communicator.
+if [[ $mode == full || $mode == scale ]]; then
+    for n in 2 4 8 16; do
+        for alg in 0 1; do
+            RUN_MCA=coll_twohop_latency_hop2=$alg run $n block:$n 0 -- \
+                "$build/mpi_tests/twohop_osu_allreduce" -f -T mpi_float -m 8:8 -i 2000 -x 200 \
+                >"$out/scale_n${n}_alg$alg.txt" 2>&1
+        done
+        bash mpi_tests/run_mpi.sh -c tuned -n $n -b "$build" -t 120 -- \
+            "$build/mpi_tests/twohop_osu_allreduce" -f -T mpi_float -m 8:8 -i 2000 -x 200 \
+            >"$out/scale_n${n}_tuned.txt" 2>&1
+        summary+=("8 B, $n nodes x 1 rank: recursive doubling $(awk '/^8 /{print $2}' "$out/scale_n${n}_alg0.txt") us, ring $(awk '/^8 /{print $2}' "$out/scale_n${n}_alg1.txt") us, tuned (one node) $(awk '/^8 /{print $2}' "$out/scale_n${n}_tuned.txt") us")
+    done
+    for cfg in "16 :" "16 block:2" "4 :"; do
+        np=${cfg%% *} vn=${cfg#* }
+        vn=${vn#:}
+        run $np "$vn" 0 -- "$build/mpi_tests/setup_cost" -r 30 >"$out/setup_twohop_np${np}_${vn:-one}.txt" 2>&1
+        summary+=("twohop $(grep -m1 '^setup_cost' "$out/setup_twohop_np${np}_${vn:-one}.txt") [${vn:-one node}]")
+    done
+    bash mpi_tests/run_mpi.sh -c tuned -n 16 -b "$build" -t 120 -- "$build/mpi_tests/setup_cost" -r 30 \
+        >"$out/setup_tuned_np16.txt" 2>&1
+    summary+=("tuned $(grep -m1 '^setup_cost' "$out/setup_tuned_np16.txt")")
 fi
 
 echo "================ gpu_check summary"

@@ -1,0 +1,73 @@
+/*
+ * setup_cost: what the first allreduce on a new communicator costs more than a later one (the
+ * collective component's set-up: for twohop the set-up exchange, shared memory, endpoints).
+ *
+ * usage: setup_cost [-r REPEATS] [-n COUNT]
+ *   REPEATS times (default 20): MPI_Comm_dup(MPI_COMM_WORLD), first MPI_Allreduce of COUNT
+ *   floats (default 2, 8 B), a second one, MPI_Comm_free. Prints the median over repeats of
+ *   the slowest rank's first-call time, second-call time, their difference, and dup + free.
+ */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+    qsort(v, n, sizeof(double), cmp);
+    return v[n / 2];
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    int rank, size, reps = 20, count = 2;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "-r")) reps = atoi(argv[i + 1]);
+        if (!strcmp(argv[i], "-n")) count = atoi(argv[i + 1]);
+    }
+    if (reps < 1) reps = 1;
+    float *in = calloc((size_t)count, sizeof(float)), *out = calloc((size_t)count, sizeof(float));
+    double *first = malloc(reps * sizeof(double)), *second = malloc(reps * sizeof(double));
+    double *rest = malloc(reps * sizeof(double));
+    for (int r = 0; r < reps; r++) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        double t0 = MPI_Wtime();
+        MPI_Comm c;
+        MPI_Comm_dup(MPI_COMM_WORLD, &c);
+        double t1 = MPI_Wtime();
+        MPI_Allreduce(in, out, count, MPI_FLOAT, MPI_SUM, c);
+        double t2 = MPI_Wtime();
+        MPI_Allreduce(in, out, count, MPI_FLOAT, MPI_SUM, c);
+        double t3 = MPI_Wtime();
+        MPI_Comm_free(&c);
+        double t4 = MPI_Wtime();
+        double mine[3] = {t2 - t1, t3 - t2, (t1 - t0) + (t4 - t3)}, worst[3];
+        MPI_Allreduce(mine, worst, 3, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        first[r] = worst[0];
+        second[r] = worst[1];
+        rest[r] = worst[2];
+    }
+    double d[1024];
+    int n = reps < 1024 ? reps : 1024;
+    for (int r = 0; r < n; r++) d[r] = first[r] - second[r];
+    const double f = median(first, reps), s = median(second, reps), x = median(d, n),
+                 o = median(rest, reps);
+    if (rank == 0) {
+        printf("setup_cost: %d ranks, %d B: first allreduce %.1f us, second %.1f us, first - second "
+               "%.1f us (median of %d), dup + free %.1f us\n",
+               size, count * 4, f * 1e6, s * 1e6, x * 1e6, reps, o * 1e6);
+    }
+    free(in);
+    free(out);
+    free(first);
+    free(second);
+    free(rest);
+    MPI_Finalize();
+    return 0;
+}
