@@ -32,6 +32,7 @@
 #include "gpu_kernel_list.h"
 #include "gpu_node.h"
 #include "proxy.h"
+#include "shm_cache.h"
 #include "memory_kind.h"
 #include "rc_settings.h"
 #include "rd_plan.h"
@@ -41,7 +42,7 @@
 
 namespace {
 
-constexpr uint64_t kMagic = 0x74776f686f700004ULL; // "twohop", set-up record version 4
+constexpr uint64_t kMagic = 0x74776f686f700005ULL; // "twohop", set-up record version 5
 
 /* What every rank contributes in step 1. Plain, fixed size. */
 struct RankInfo {
@@ -57,6 +58,7 @@ struct RankInfo {
     int32_t posted_batch, pad2;
     int32_t vn_error; // this rank could not parse coll_twohop_virtual_nodes
     int32_t gpu;      // this process has the CUDA driver and twohop's device kernels
+    twohop::ShmOffer offer[twohop::kShmOffers]; // segments this rank retained (shm_cache.h)
 };
 
 void set_why(char *why, size_t len, const std::string &msg) {
@@ -218,7 +220,7 @@ void clean_stale_once(const twohop_host &h, uint64_t pidns) {
 
 twohop_comm::~twohop_comm() {
     // Stream-ordered calls still on the GPU read and write the shared segment: let them end.
-    (void)gpu_enqueue_drain(this);
+    const bool drained = gpu_enqueue_drain(this) == TWOHOP_OK;
     if (!cancel_transfers()) quarantined = true;
     bool aborts_busy = false;
     if (worker && aborts) {
@@ -229,6 +231,21 @@ twohop_comm::~twohop_comm() {
         }
     }
     if (aborts_busy) (void)aborts.release(); // UCX still owns them: never freed
+    // A healthy communicator's segment is retained for the next communicator of the same
+    // processes (shm_cache.h): no call failed here or on a node peer, no transfer or GPU work
+    // can still touch it.
+    bool healthy = drained && !quarantined && poisoned == TWOHOP_OK && shm.mapped() &&
+                   shm_token != 0;
+    for (int l = 0; healthy && l < topo.local_size(); ++l) {
+        healthy = shm.flags(l).failed.load(std::memory_order_acquire) == 0;
+    }
+    if (healthy) {
+        gpu_hop1.release_segment();
+        twohop::RetainedShm r;
+        r.offer = twohop::ShmOffer{shm_token, shm_shape, seq};
+        r.shm.reset(new twohop::NodeShm(std::move(shm)));
+        twohop::ShmCache::process().put(std::move(r));
+    }
     if (quarantined) {
         // UCX may still write into these: keep them alive for the rest of the process.
         new std::vector<twohop::RingOp>(std::move(rings));
@@ -284,6 +301,12 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
     me.posted_batch = prm.posted_batch;
     me.vn_error = !vn_error.empty();
     me.gpu = gpu_node_capable() ? 1 : 0;
+    // Segments retained from freed communicators: taken out of the cache (a concurrent set-up
+    // cannot offer them too) and offered; those not reused are unmapped below.
+    std::vector<twohop::RetainedShm> retained = twohop::ShmCache::process().take();
+    for (size_t i = 0; i < retained.size() && i < size_t(twohop::kShmOffers); ++i) {
+        me.offer[i] = retained[i].offer;
+    }
     std::vector<RankInfo> info(a->size);
     int rc = ex.allgather(&me, info.data(), sizeof(RankInfo), &err);
     if (rc != TWOHOP_OK) return exchange_failed(rc);
@@ -356,35 +379,88 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
     if (rc != TWOHOP_OK) return exchange_failed(rc);
     c->id_reserved = true;
 
-    // 4-6. The node's shared-memory segment.
-    twohop::ShmLayout layout;
-    layout.local_size = c->topo.local_size();
-    layout.depth = c->depth;
-    layout.slot_bytes = c->slot_bytes;
+    // 4-6. The node's shared-memory segment: a retained one every local rank kept (decided for
+    // every node from the allgathered offers, so all ranks agree), else a new one.
+    auto layout_of = [&](int node) {
+        twohop::ShmLayout l;
+        l.local_size = static_cast<int>(c->topo.node_ranks[node].size());
+        l.depth = c->depth;
+        l.slot_bytes = c->slot_bytes;
+        return l;
+    };
+    const twohop::ShmLayout layout = layout_of(c->topo.my_node);
+    uint64_t my_token = 0, seq_base = 0;
+    bool all_reuse = true;
+    for (int n = 0; n < c->topo.n_nodes(); ++n) {
+        std::vector<uint64_t> members;
+        std::vector<const twohop::ShmOffer *> offers;
+        for (int r : c->topo.node_ranks[n]) {
+            members.push_back(info[r].proc_key);
+            offers.push_back(info[r].offer);
+        }
+        const uint64_t shape = twohop::shm_shape(layout_of(n), members);
+        const uint64_t token = twohop::choose_reuse(offers, shape);
+        all_reuse = all_reuse && token != 0;
+        for (int r : c->topo.node_ranks[n]) { // sequence numbers start above every reused one
+            for (const twohop::ShmOffer &o : info[r].offer) {
+                if (token != 0 && o.token == token) seq_base = std::max(seq_base, o.final_seq);
+            }
+        }
+        if (n == c->topo.my_node) {
+            my_token = token;
+            c->shm_shape = shape;
+        }
+    }
+    for (auto &r : retained) {
+        if (my_token != 0 && r.offer.token == my_token && r.shm) c->shm = std::move(*r.shm);
+    }
+    retained.clear(); // the offers not reused: unmapped now, before a new segment is created
+    const bool reuse = my_token != 0 && c->shm.mapped();
     const int leader = c->topo.node_ranks[c->topo.my_node][0];
     const RankInfo &li = info[leader];
     const std::string name = twohop::shm_name(li.pidns, li.pid, li.shm_nonce);
     const bool is_leader = c->topo.local_rank == 0;
-    if (is_leader) clean_stale_once(c->host, pidns);
-    int failed = is_leader ? !c->shm.create(name, layout, &err) : 0;
-    int agreed = 0;
-    std::string local_err = err;
-    if ((rc = ex.agree_or(failed, &agreed, &err)) != TWOHOP_OK) return exchange_failed(rc);
-    if (agreed) {
-        *resource = 1;
-        set_why(why, whylen, failed ? local_err
-                                    : "shared-memory segment creation failed on a node leader");
+    int failed = 0, agreed = 0;
+    std::string local_err;
+    if (!all_reuse) { // some node creates: two agreement rounds over the whole communicator
+        if (is_leader && !reuse) clean_stale_once(c->host, pidns);
+        failed = is_leader && !reuse ? !c->shm.create(name, layout, &err) : 0;
+        local_err = err;
+        if ((rc = ex.agree_or(failed, &agreed, &err)) != TWOHOP_OK) return exchange_failed(rc);
+        if (agreed) {
+            *resource = 1;
+            set_why(why, whylen, failed ? local_err
+                                        : "shared-memory segment creation failed on a node leader");
+            return TWOHOP_ERR_NO_MEMORY;
+        }
+        failed = is_leader || reuse ? 0 : !c->shm.attach(name, layout, &err);
+        local_err = err;
+        if ((rc = ex.agree_or(failed, &agreed, &err)) != TWOHOP_OK) return exchange_failed(rc);
+        if (agreed) {
+            *resource = 1;
+            set_why(why, whylen, failed ? local_err : "shared-memory attach failed on another rank");
+            return TWOHOP_ERR_NO_MEMORY;
+        }
+        c->shm.unlink();
+    } else if (!reuse) { // every rank agreed this node reuses, so this rank kept it: unreachable
+        set_why(why, whylen, "a retained shared-memory segment vanished");
         return TWOHOP_ERR_NO_MEMORY;
     }
-    failed = is_leader ? 0 : !c->shm.attach(name, layout, &err);
-    local_err = err;
-    if ((rc = ex.agree_or(failed, &agreed, &err)) != TWOHOP_OK) return exchange_failed(rc);
-    if (agreed) {
-        *resource = 1;
-        set_why(why, whylen, failed ? local_err : "shared-memory attach failed on another rank");
-        return TWOHOP_ERR_NO_MEMORY;
+    c->shm_token = twohop::shm_token(c->shm.name());
+    c->seq = seq_base;
+    c->shm_reused = reuse;
+    if (seq_base > 0) {
+        // Every wait of this communicator targets a sequence number above seq_base; my flags
+        // move up to it (from an old communicator's values or from 0), so waits for segments
+        // "before" this communicator hold on every node. Single writer, monotonic: a peer that
+        // reads my line before this store waits a little longer, never wrongly less.
+        twohop::RankFlags &f = c->shm.flags(c->topo.local_rank);
+        f.arrived.store(seq_base, std::memory_order_release);
+        f.reduced.store(seq_base, std::memory_order_release);
+        f.done.store(seq_base, std::memory_order_release);
+        f.ready.store(seq_base, std::memory_order_release);
+        f.vote.store(seq_base << 1, std::memory_order_release);
     }
-    c->shm.unlink();
 
     // 7. Rails.
     if (c->topo.n_nodes() > 1) {
@@ -412,10 +488,11 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
         char msg[512];
         std::snprintf(msg, sizeof(msg),
                       "comm set up: rank %d of %d, %d node(s), node %d local rank %d of %d, "
-                      "%d shard(s), id %u, shm %llu bytes%s%s%s",
+                      "%d shard(s), id %u, shm %llu bytes%s%s%s%s",
                       a->rank, a->size, c->topo.n_nodes(), c->topo.my_node, c->topo.local_rank,
                       c->topo.local_size(), c->topo.n_shards(), c->comm_id,
                       static_cast<unsigned long long>(layout.total_bytes()),
+                      c->shm_reused ? " (reused from a freed communicator)" : "",
                       c->gpu_round ? ", GPU path for device buffers" : "",
                       c->topo.n_nodes() < 2 ? ""
                       : c->latency_hop2 == 0 ? ", latency path between nodes: recursive doubling"
@@ -447,6 +524,7 @@ extern "C" uint32_t twohop_comm_id(const twohop_comm *c) { return c->comm_id; }
 
 extern "C" void twohop_core_finalize(void) {
     twohop::Proxy::instance().stop(); // GPU-posted mode's progress thread, if it ever started
+    twohop::ShmCache::process().clear();
     twohop::ucx::Worker::shutdown();
 }
 

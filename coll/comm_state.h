@@ -54,6 +54,9 @@ struct twohop_comm {
     twohop_host host;
     twohop::Topology topo;
     twohop::NodeShm shm;
+    uint64_t shm_token = 0;        // identity of the segment (shm_cache.h), same on local ranks
+    uint64_t shm_shape = 0;        // layout + local member processes it serves
+    bool shm_reused = false;       // taken over from a freed communicator at set-up
     int depth = 2;
     int post_batch = 4;
     uint64_t slot_bytes = 0;

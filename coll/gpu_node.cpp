@@ -185,6 +185,17 @@ void gpu_hop1_done() { g_hop1_calls.fetch_add(1, std::memory_order_relaxed); }
 
 bool gpu_node_capable() { return cuda::kernels_available(); }
 
+void GpuHop1::release_segment() {
+    if (pending && fence.record(device)) {
+        while (fence.query() == 0) {
+        }
+    }
+    pending = false;
+    if (shm_host) cuda::host_unregister(reg_device, shm_host);
+    shm_host = shm_dev = nullptr;
+    reg_device = -1;
+}
+
 GpuHop1::~GpuHop1() {
     if (pending && fence.record(device)) { // a failed call's work: let it end before unmapping
         while (fence.query() == 0) {

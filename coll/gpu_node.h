@@ -81,6 +81,9 @@ struct GpuHop1 {
     twohop::DoorbellRing *ring = nullptr;
     twohop::DoorbellRing *ring_dev = nullptr;
     int ring_device = -1;
+    /* Waits for twohop's own GPU work and drops the segment's registration with the driver
+     * (before the segment is handed to another communicator). */
+    void release_segment();
     ~GpuHop1();
 };
 

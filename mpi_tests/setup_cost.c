@@ -6,6 +6,11 @@
  *   REPEATS times (default 20): MPI_Comm_dup(MPI_COMM_WORLD), first MPI_Allreduce of COUNT
  *   floats (default 2, 8 B), a second one, MPI_Comm_free. Prints the median over repeats of
  *   the slowest rank's first-call time, second-call time, their difference, and dup + free.
+ *        setup_cost --check
+ *   Communicators created and freed in turns (duplicates of MPI_COMM_WORLD, which may take over
+ *   a freed one's shared memory, splits into halves and odd/even ranks, which may not), each
+ *   used for exact allreduces of a latency-path and a pipeline size, some freed while others
+ *   live: every result must be exact. Exit 0 on success.
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -22,11 +27,64 @@ static double median(double *v, int n) {
     return v[n / 2];
 }
 
+/* Exact allreduces on c: n ints, element i of rank r = r * 7 + i % 11 + salt. 0 when right. */
+static int use(MPI_Comm c, int n, int salt) {
+    int r, p, bad = 0;
+    MPI_Comm_rank(c, &r);
+    MPI_Comm_size(c, &p);
+    int *in = malloc(n * sizeof(int)), *out = malloc(n * sizeof(int));
+    for (int i = 0; i < n; i++) in[i] = r * 7 + i % 11 + salt;
+    if (MPI_Allreduce(in, out, n, MPI_INT, MPI_SUM, c) != MPI_SUCCESS) bad = 1;
+    for (int i = 0; i < n && !bad; i++) {
+        if (out[i] != 7 * p * (p - 1) / 2 + p * (i % 11 + salt)) bad = 1;
+    }
+    free(in);
+    free(out);
+    return bad;
+}
+
+static int check(void) {
+    int rank, bad = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    const int sizes[3] = {3, 1000, 700001}; // latency path, medium, several pipeline segments
+    MPI_Comm keep = MPI_COMM_NULL;
+    for (int round = 0; round < 12; round++) {
+        MPI_Comm c;
+        if (round % 4 == 3) {
+            MPI_Comm_split(MPI_COMM_WORLD, rank % 2, rank, &c); // other members: no reuse
+        } else if (round % 4 == 2) {
+            MPI_Comm_split(MPI_COMM_WORLD, 0, -rank, &c); // same processes, reversed order
+        } else {
+            MPI_Comm_dup(MPI_COMM_WORLD, &c);
+        }
+        for (int k = 0; k < 3; k++) bad |= use(c, sizes[(k + round) % 3], round * 3 + k);
+        if (round == 5) { // one stays alive across later set-ups
+            keep = c;
+            continue;
+        }
+        if (keep != MPI_COMM_NULL && round > 5) bad |= use(keep, sizes[round % 3], round);
+        MPI_Comm_free(&c);
+    }
+    if (keep != MPI_COMM_NULL) {
+        bad |= use(keep, 700001, 99);
+        MPI_Comm_free(&keep);
+    }
+    int total = 0;
+    MPI_Allreduce(&bad, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (rank == 0) printf("setup_cost --check: %s\n", total ? "FAIL" : "OK");
+    return total ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     int rank, size, reps = 20, count = 2;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (argc > 1 && !strcmp(argv[1], "--check")) {
+        const int rc = check();
+        MPI_Finalize();
+        return rc;
+    }
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "-r")) reps = atoi(argv[i + 1]);
         if (!strcmp(argv[i], "-n")) count = atoi(argv[i + 1]);

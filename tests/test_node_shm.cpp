@@ -89,3 +89,66 @@ TEST(NodeShmNames, StaleSegmentsOfDeadProcessesAreRemoved) {
     std::remove(other_ns.c_str());
     rmdir(dir.c_str());
 }
+
+// ---- Reuse of segments between communicators (shm_cache.h).
+#include "shm_cache.h"
+
+namespace {
+twohop::ShmOffer offer(uint64_t token, uint64_t shape, uint64_t seq) {
+    return twohop::ShmOffer{token, shape, seq};
+}
+} // namespace
+
+TEST(ShmReuse, EveryLocalRankMustOfferTheSegment) {
+    twohop::ShmOffer a[2] = {offer(11, 5, 40), offer(12, 5, 9)};
+    twohop::ShmOffer b[2] = {offer(12, 5, 9), offer(11, 5, 40)}; // other order: fine
+    twohop::ShmOffer c[2] = {offer(12, 5, 9), offer(0, 0, 0)};   // lacks 11
+    EXPECT_EQ(twohop::choose_reuse({a, b}, 5), 11u);             // leader's order first
+    EXPECT_EQ(twohop::choose_reuse({a, b, c}, 5), 12u);          // 11 not kept by everyone
+    twohop::ShmOffer d[2] = {offer(0, 0, 0), offer(0, 0, 0)};
+    EXPECT_EQ(twohop::choose_reuse({a, b, c, d}, 5), 0u);
+    EXPECT_EQ(twohop::choose_reuse({d}, 5), 0u);
+}
+
+TEST(ShmReuse, ShapeMustMatch) {
+    twohop::ShmOffer a[2] = {offer(11, 5, 1), offer(0, 0, 0)};
+    EXPECT_EQ(twohop::choose_reuse({a, a}, 6), 0u);
+    twohop::ShmLayout l1{4, 2, 4096}, l2{4, 3, 4096};
+    const std::vector<uint64_t> m = {1, 2, 3, 4}, rev = {4, 3, 2, 1};
+    EXPECT_EQ(twohop::shm_shape(l1, m), twohop::shm_shape(l1, m));
+    EXPECT_NE(twohop::shm_shape(l1, m), twohop::shm_shape(l2, m));   // layout
+    EXPECT_NE(twohop::shm_shape(l1, m), twohop::shm_shape(l1, rev)); // local order
+    EXPECT_NE(twohop::shm_token("/twohop-a"), twohop::shm_token("/twohop-b"));
+    EXPECT_NE(twohop::shm_token(""), 0u);
+}
+
+TEST(ShmReuse, CacheKeepsTheNewestAndTakeEmptiesIt) {
+    twohop::ShmCache cache;
+    for (uint64_t i = 1; i <= 3; ++i) {
+        twohop::RetainedShm r;
+        r.offer = offer(i, 7, 10 * i);
+        r.shm.reset(new twohop::NodeShm());
+        cache.put(std::move(r));
+    }
+    EXPECT_EQ(cache.size(), size_t(twohop::kShmOffers));
+    std::vector<twohop::RetainedShm> got = cache.take();
+    ASSERT_EQ(got.size(), size_t(twohop::kShmOffers));
+    EXPECT_EQ(got[0].offer.token, 3u); // most recent first; the oldest (1) was evicted
+    EXPECT_EQ(got[1].offer.token, 2u);
+    EXPECT_EQ(cache.size(), 0u);       // a concurrent set-up cannot offer them too
+    EXPECT_TRUE(cache.take().empty());
+}
+
+TEST(ShmReuse, MovedSegmentKeepsItsMapping) {
+    twohop::ShmLayout l{2, 1, 4096};
+    const std::string name = twohop::shm_name(twohop::pid_namespace(), getpid(), twohop::random_nonce());
+    twohop::NodeShm a;
+    std::string err;
+    ASSERT_TRUE(a.create(name, l, &err)) << err;
+    a.flags(1).done.store(77);
+    twohop::NodeShm b(std::move(a));
+    EXPECT_FALSE(a.mapped());
+    ASSERT_TRUE(b.mapped());
+    EXPECT_EQ(b.flags(1).done.load(), 77u);
+    EXPECT_EQ(b.name(), name);
+}

@@ -70,6 +70,21 @@ NodeShm::~NodeShm() {
     unlink();
 }
 
+NodeShm &NodeShm::operator=(NodeShm &&o) noexcept {
+    if (this != &o) {
+        if (base_) munmap(base_, layout_.total_bytes());
+        unlink();
+        base_ = o.base_;
+        layout_ = o.layout_;
+        name_ = std::move(o.name_);
+        owner_ = o.owner_;
+        o.base_ = nullptr;
+        o.owner_ = false;
+        o.name_.clear();
+    }
+    return *this;
+}
+
 bool NodeShm::map(int fd, std::string *err) {
     void *p = mmap(nullptr, layout_.total_bytes(), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     const int e = errno;

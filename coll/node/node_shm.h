@@ -84,6 +84,13 @@ class NodeShm {
     ~NodeShm();
     NodeShm(const NodeShm &) = delete;
     NodeShm &operator=(const NodeShm &) = delete;
+    /* Takes over o's mapping (o is left empty). */
+    NodeShm(NodeShm &&o) noexcept { *this = std::move(o); }
+    NodeShm &operator=(NodeShm &&o) noexcept;
+    /* True while a segment is mapped. */
+    bool mapped() const { return base_ != nullptr; }
+    /* The segment's name (the same on every local rank). */
+    const std::string &name() const { return name_; }
 
     /*
      * Leader: creates `name` (O_CREAT|O_EXCL, mode 0600), sizes it to layout.total_bytes()
