@@ -35,6 +35,7 @@ struct GpuDesc {
         uint64_t id;   // its buffer id there (a new id = a new allocation)
     } send, recv;
     int64_t pid;
+    uint64_t msg_bytes, item_bytes; // the call's size: every local rank must pass the same
 };
 static_assert(sizeof(GpuDesc) <= twohop::ShmLayout::kDescBytes, "descriptor block");
 
@@ -282,8 +283,15 @@ int vote_round(twohop_comm *c, const GpuDesc &d, int device, uint64_t s, GpuDesc
     const int L = c->topo.local_size();
     bool ok = d.can != 0;
     *one_device = true;
-    for (int l = 0; ok && l < L; ++l) {
+    // Kernels read every local rank's buffer over the same range: the sizes must agree (every
+    // rank compares all descriptors, so all of them see a mismatch).
+    for (int l = 0; l < L; ++l) {
         std::memcpy(&peer[l], c->shm.desc(l), sizeof(GpuDesc));
+        if (peer[l].msg_bytes != d.msg_bytes || peer[l].item_bytes != d.item_bytes) {
+            return TWOHOP_ERR_MISMATCH;
+        }
+    }
+    for (int l = 0; ok && l < L; ++l) {
         if (!peer[l].can) {
             ok = false;
             break;
@@ -364,6 +372,8 @@ int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_us
     bool stage_in = false, stage_out = false;
     const uint64_t bytes = count * red.item_bytes;
     describe(c, in, out, red, bytes, &d, &device, &stage_in, &stage_out);
+    d.msg_bytes = bytes;
+    d.item_bytes = red.item_bytes;
     char *send_stage = static_cast<char *>(c->gpu_staging[d.in_place ? 1 : 0].ptr);
     char *recv_stage = static_cast<char *>(c->gpu_staging[1].ptr);
     if (d.can && !cuda::sync_input(device)) d.can = 0;
@@ -718,6 +728,8 @@ int gpu_node_enqueue(twohop_comm *c, const twohop_userbuf &in, const twohop_user
     bool stage_in = false, stage_out = false;
     const uint64_t bytes = count * red.item_bytes;
     describe(c, in, out, red, bytes, &d, &device, &stage_in, &stage_out, true);
+    d.msg_bytes = bytes;
+    d.item_bytes = red.item_bytes;
     if (d.can && stream && cuda::stream_device(stream) != device) d.can = 0;
     char *send_stage = static_cast<char *>(c->gpu_staging[d.in_place ? 1 : 0].ptr);
     char *recv_stage = static_cast<char *>(c->gpu_staging[1].ptr);
