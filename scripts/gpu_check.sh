@@ -222,6 +222,11 @@ fi
 # CPU-posted in the same session.
 if [[ $mode == full || $mode == posted ]]; then
     RUN_MCA=coll_twohop_gpu_posted=1 check np4_rr2_posted 4 rr:2 0
+    if ((ngpu >= 2)); then # one rank per GPU and two ranks per GPU, over two virtual nodes
+        RUN_MCA=coll_twohop_gpu_posted=1 check np2_block2_two_gpus_posted 2 block:2 0,1
+        RUN_MCA=coll_twohop_gpu_posted=1 check np4_rr2_two_gpus_posted 4 rr:2 0,1
+        RUN_MCA=coll_twohop_gpu_posted=0 check np4_rr2_two_gpus_cpu_posted 4 rr:2 0,1
+    fi
     if RUN_MCA=coll_twohop_gpu_posted=1 run 4 rr:2 0 -- "$build/mpi_tests/twohop_osu_allreduce" \
         -d cuda -c -f --expect-twohop -T mpi_float -m 8:67108864 -i 10 -x 3 \
         >"$out/osu_np4_rr2_posted.txt" 2>&1 && grep -q "GPU-posted [1-9]" "$out/osu_np4_rr2_posted.txt"; then
