@@ -17,7 +17,7 @@ namespace {
 using twohop::RdStep;
 
 TEST(RdPlan, EveryMemberEndsWithTheSameFullResult) {
-    for (int n = 1; n <= 33; ++n) {
+    for (int n = 1; n <= 70; ++n) {
         std::vector<std::vector<RdStep>> sched(n);
         for (int p = 0; p < n; ++p) sched[p] = twohop::rd_schedule(n, p);
         // value: the set of inputs combined so far, as a string "lower op higher" expression
@@ -72,7 +72,7 @@ TEST(RdPlan, EveryMemberEndsWithTheSameFullResult) {
 }
 
 TEST(RdPlan, PartnersAreDistinctAndInRange) {
-    for (int n = 2; n <= 20; ++n) {
+    for (int n = 2; n <= 70; ++n) {
         for (int p = 0; p < n; ++p) {
             for (int q : twohop::rd_partners(n, p)) {
                 EXPECT_GE(q, 0);
