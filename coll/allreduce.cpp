@@ -61,6 +61,7 @@ int twohop_comm::poll() {
             }
         };
         advance_all(rings);
+        advance_all(rhds);
         advance_all(rds);
     }
     host.progress();
@@ -153,8 +154,21 @@ int twohop_comm::post_abort_recv() {
 bool twohop_comm::cancel_transfers() {
     bool ok = true;
     for (auto &r : rings) ok = (!r.active() || r.cancel(1.0)) && ok;
+    for (auto &r : rhds) ok = (!r.active() || r.cancel(1.0)) && ok;
     for (auto &r : rds) ok = (!r.active() || r.cancel(1.0)) && ok;
     return ok;
+}
+
+int twohop_comm::start_hop2(int set, size_t i, char *data, uint64_t items,
+                            const twohop::Reducer *red, uint64_t tag, bool last) {
+    const twohop_rail &rail = rails[i];
+    const size_t k = set * rails.size() + i;
+    if (hop2_alg == 1) {
+        return rhds[k].start(worker, &rail.peers, rail.n, rail.pos, data, items, red,
+                             ring_scratch(set, i), tag, kTagLastBit, last);
+    }
+    return rings[k].start(worker, rail.right, rail.left, rail.n, rail.pos, data, items, red,
+                          ring_scratch(set, i), tag, kTagLastBit, last);
 }
 
 void twohop_comm::fail(int status, const std::string &why) {
@@ -226,8 +240,7 @@ int reduce_slots(twohop_comm *c, int set, uint64_t off_bytes, uint64_t items, ch
 /* Runs the rings of segment `s` (set `set`) to completion, polling everything meanwhile. */
 int finish_rings(twohop_comm *c, int set) {
     for (size_t i = 0; i < c->rails.size(); ++i) {
-        twohop::RingOp &r = c->rings[set * c->rails.size() + i];
-        int rc = c->poll_until([&r] { return !r.active(); });
+        int rc = c->poll_until([c, set, i] { return !c->hop2_active(set, i); });
         if (rc != TWOHOP_OK) return rc;
     }
     return TWOHOP_OK;
@@ -407,12 +420,7 @@ int pipeline_start(twohop_comm *c, const twohop_userbuf &in, uint64_t word,
             if (rc != TWOHOP_OK) return rc;
         }
         if (c->rails.empty() || r.count == 0) continue;
-        const twohop_rail &rail = c->rails[i];
-        rc = c->rings[set * c->rails.size() + i].start(c->worker, rail.right, rail.left, rail.n,
-                                                       rail.pos, out, r.count, &red,
-                                                       c->ring_scratch(set, i),
-                                                       c->rail_tag(f.s, sh), kTagLastBit,
-                                                       f.last);
+        rc = c->start_hop2(set, i, out, r.count, &red, c->rail_tag(f.s, sh), f.last);
         if (rc != TWOHOP_OK) return rc;
         // Doorbell batching at the collective level: post_batch transfers back-to-back, then
         // let UCX make progress on them.

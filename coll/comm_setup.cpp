@@ -36,6 +36,7 @@
 #include "memory_kind.h"
 #include "rc_settings.h"
 #include "rd_plan.h"
+#include "rhd_plan.h"
 #include "segment_plan.h"
 #include "setup_exchange.h"
 #include "virtual_nodes.h"
@@ -55,7 +56,7 @@ struct RankInfo {
     uint64_t segment_bytes, small_msg_bytes;
     int32_t depth, post_batch;
     int32_t latency_hop2, gpu_posted;
-    int32_t posted_batch, pad2;
+    int32_t posted_batch, hop2_algorithm;
     int32_t vn_error; // this rank could not parse coll_twohop_virtual_nodes
     int32_t gpu;      // this process has the CUDA driver and twohop's device kernels
     twohop::ShmOffer offer[twohop::kShmOffers]; // segments this rank retained (shm_cache.h)
@@ -103,6 +104,10 @@ std::string validate(const twohop_params &p) {
     if (p.latency_hop2 < 0 || p.latency_hop2 > 1) {
         return "coll_twohop_latency_hop2 " + std::to_string(p.latency_hop2) + " out of range 0..1";
     }
+    if (p.hop2_algorithm < 0 || p.hop2_algorithm > 1) {
+        return "coll_twohop_hop2_algorithm " + std::to_string(p.hop2_algorithm) +
+               " out of range 0..1";
+    }
     if (p.gpu_posted < 0 || p.gpu_posted > 1) {
         return "coll_twohop_gpu_posted " + std::to_string(p.gpu_posted) + " out of range 0..1";
     }
@@ -140,10 +145,18 @@ int connect_rails(twohop_comm *c, twohop::Exchange &ex, const std::vector<RankIn
     if (c->topo.local_rank == 0 && c->latency_hop2 == 0) {
         rd_partners = twohop::rd_partners(c->topo.n_nodes(), c->topo.my_node);
     }
+    // With Rabenseifner every rail also talks to its halving/doubling partners.
+    const std::vector<int> rhd = c->hop2_alg == 1
+                                     ? twohop::rhd_partners(c->topo.n_nodes(), c->topo.my_node)
+                                     : std::vector<int>();
     int missing = 0;
     for (int s : c->my_shards) {
         for (int dir : {1, -1}) {
             if (!c->worker->connected(info[neighbour(c, s, dir)].proc_key)) missing = 1;
+        }
+        const std::vector<int> members = c->topo.rail(s);
+        for (int q : rhd) {
+            if (!c->worker->connected(info[members[q]].proc_key)) missing = 1;
         }
     }
     for (int q : rd_partners) {
@@ -185,6 +198,11 @@ int connect_rails(twohop_comm *c, twohop::Exchange &ex, const std::vector<RankIn
         rail.pos = c->topo.my_node;
         rail.right = connect_to(neighbour(c, s, 1));
         rail.left = connect_to(neighbour(c, s, -1));
+        if (!rhd.empty()) {
+            const std::vector<int> members = c->topo.rail(s);
+            rail.peers.assign(rail.n, nullptr);
+            for (int q : rhd) rail.peers[q] = connect_to(members[q]);
+        }
         c->rails.push_back(rail);
     }
     c->rd_peers.assign(c->topo.n_nodes(), nullptr);
@@ -195,6 +213,7 @@ int connect_rails(twohop_comm *c, twohop::Exchange &ex, const std::vector<RankIn
         return TWOHOP_OK;
     }
     c->rings.resize(c->depth * c->rails.size());
+    c->rhds.resize(c->depth * c->rails.size());
     c->rds.resize(c->depth);
     c->scratch.resize(c->depth * c->rails.size() * c->slot_bytes);
     return c->post_abort_recv();
@@ -299,6 +318,7 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
     me.latency_hop2 = prm.latency_hop2;
     me.gpu_posted = prm.gpu_posted;
     me.posted_batch = prm.posted_batch;
+    me.hop2_algorithm = prm.hop2_algorithm;
     me.vn_error = !vn_error.empty();
     me.gpu = gpu_node_capable() ? 1 : 0;
     // Segments retained from freed communicators: taken out of the cache (a concurrent set-up
@@ -330,7 +350,8 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
             info[r].depth != info[0].depth || info[r].post_batch != info[0].post_batch ||
             info[r].latency_hop2 != info[0].latency_hop2 ||
             info[r].gpu_posted != info[0].gpu_posted ||
-            info[r].posted_batch != info[0].posted_batch) {
+            info[r].posted_batch != info[0].posted_batch ||
+            info[r].hop2_algorithm != info[0].hop2_algorithm) {
             set_why(why, whylen, "coll_twohop_* algorithm parameters differ between ranks 0 and " +
                                      std::to_string(r));
             return TWOHOP_ERR_BAD_PARAM;
@@ -354,6 +375,7 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
     c->post_batch = prm.post_batch;
     c->latency_hop2 = prm.latency_hop2;
     c->gpu_posted = prm.gpu_posted != 0;
+    c->hop2_alg = prm.hop2_algorithm;
     c->posted_batch = prm.posted_batch;
     c->slot_bytes = twohop::ShmLayout::align_up(prm.segment_bytes);
     c->small_bytes = prm.small_msg_bytes;
@@ -495,8 +517,15 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
                       c->shm_reused ? " (reused from a freed communicator)" : "",
                       c->gpu_round ? ", GPU path for device buffers" : "",
                       c->topo.n_nodes() < 2 ? ""
-                      : c->latency_hop2 == 0 ? ", latency path between nodes: recursive doubling"
-                                             : ", latency path between nodes: ring",
+                      : c->latency_hop2 == 0
+                          ? (c->hop2_alg == 1 ? ", between nodes: recursive doubling (latency "
+                                                "path), Rabenseifner (pipeline)"
+                                              : ", between nodes: recursive doubling (latency "
+                                                "path), ring (pipeline)")
+                          : (c->hop2_alg == 1 ? ", between nodes: ring (latency path), "
+                                                "Rabenseifner (pipeline)"
+                                              : ", between nodes: ring (latency path and "
+                                                "pipeline)"),
                       c->worker == nullptr ? ""
                       : c->worker->cuda_memory()
                           ? ", UCX reports CUDA memory support (hop 2 still runs from host "

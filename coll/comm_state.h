@@ -21,6 +21,7 @@
 #include "memory_kind.h"
 #include "node_shm.h"
 #include "rail_rd.h"
+#include "rail_rhd.h"
 #include "rail_ring.h"
 #include "topology.h"
 #include "twohop_core.h"
@@ -33,6 +34,7 @@ struct twohop_rail {
     int pos = 0;                                    // my position on the ring (= my node index)
     const twohop::ucx::Endpoint *right = nullptr;   // to position pos+1
     const twohop::ucx::Endpoint *left = nullptr;    // to position pos-1 (failure detection)
+    std::vector<const twohop::ucx::Endpoint *> peers; // by position: Rabenseifner partners
 };
 
 /*
@@ -78,6 +80,8 @@ struct twohop_comm {
     twohop::ucx::Worker *worker = nullptr; // non-null only with more than one node
     std::vector<twohop_rail> rails;        // one per owned shard (empty on one node)
     std::vector<twohop::RingOp> rings;     // [set * rails.size() + i]
+    std::vector<twohop::RhdOp> rhds;       // the same, with coll_twohop_hop2_algorithm = 1
+    int hop2_alg = 0;                      // 0 ring, 1 Rabenseifner (agreed at set-up)
     // Latency path between node leaders (local rank 0, the rail of shard 0): recursive
     // doubling (latency_hop2 0) with endpoints to its partners by node position, one per set.
     int latency_hop2 = 0;
@@ -139,6 +143,14 @@ struct twohop_comm {
     int wait_all(std::atomic<uint64_t> twohop::RankFlags::*which, uint64_t target);
     /* Polls until done() holds; bounded by timeout_s like wait_for. */
     int poll_until(const std::function<bool()> &done);
+    /* Starts hop 2 of rail i (set `set`) over data[0, items) with the agreed algorithm. */
+    int start_hop2(int set, size_t i, char *data, uint64_t items, const twohop::Reducer *red,
+                   uint64_t tag, bool last);
+    /* True while hop 2 of rail i (set `set`) is in flight. */
+    bool hop2_active(int set, size_t i) const {
+        const size_t k = set * rails.size() + i;
+        return hop2_alg == 1 ? rhds[k].active() : rings[k].active();
+    }
     /* Cancels every in-flight ring and recursive doubling; false when UCX kept a buffer. */
     bool cancel_transfers();
     /*

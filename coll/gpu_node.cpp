@@ -636,19 +636,17 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
                 const twohop::Range r = twohop::split_even(seg.count, shards,
                                                            static_cast<uint64_t>(sh));
                 if (c_->rails.empty() || r.count == 0) continue;
-                const twohop_rail &rail = c_->rails[i];
-                const int rc = c_->rings[set * c_->rails.size() + i].start(
-                    c_->worker, rail.right, rail.left, rail.n, rail.pos,
-                    c_->shm.result(set) + r.offset * ib, r.count, &reducer_,
-                    c_->ring_scratch(set, i), c_->rail_tag(d.seq, sh), kTagLastBit, d.last != 0);
+                const int rc = c_->start_hop2(set, i, c_->shm.result(set) + r.offset * ib,
+                                              r.count, &reducer_, c_->rail_tag(d.seq, sh),
+                                              d.last != 0);
                 if (rc != TWOHOP_OK) return rc;
             }
             return TWOHOP_OK;
         }
         bool done(uint64_t segment) override {
-            const size_t set = static_cast<size_t>((s0_ + 1 + segment) % c_->depth);
+            const int set = static_cast<int>((s0_ + 1 + segment) % c_->depth);
             for (size_t i = 0; i < c_->rails.size(); ++i) {
-                if (c_->rings[set * c_->rails.size() + i].active()) return false;
+                if (c_->hop2_active(set, i)) return false;
             }
             return true;
         }

@@ -276,6 +276,15 @@ if [[ $mode == full || $mode == scale ]]; then
             >"$out/scale_n${n}_tuned.txt" 2>&1
         summary+=("8 B, $n nodes x 1 rank: recursive doubling $(awk '/^8 /{print $2}' "$out/scale_n${n}_alg0.txt") us, ring $(awk '/^8 /{print $2}' "$out/scale_n${n}_alg1.txt") us, tuned (one node) $(awk '/^8 /{print $2}' "$out/scale_n${n}_tuned.txt") us")
     done
+    # The pipeline's hop 2: ring against Rabenseifner, one rank per virtual node.
+    for n in 8 16; do
+        for alg in 0 1; do
+            RUN_MCA=coll_twohop_hop2_algorithm=$alg run $n block:$n 0 -- \
+                "$build/mpi_tests/twohop_osu_allreduce" -f -T mpi_float -m 16384:16777216 \
+                -i 20 -x 5 >"$out/hop2_n${n}_alg$alg.txt" 2>&1
+        done
+        summary+=("pipeline hop 2, $n nodes x 1 rank, ring | Rabenseifner (us): $(paste <(awk '/^[0-9]/{print $1": "$2}' "$out/hop2_n${n}_alg0.txt") <(awk '/^[0-9]/{print $2}' "$out/hop2_n${n}_alg1.txt") | tr '\t' '|' | tr '\n' ' ')")
+    done
     for cfg in "16 :" "16 block:2" "4 :"; do
         np=${cfg%% *} vn=${cfg#* }
         vn=${vn#:}
