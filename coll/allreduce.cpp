@@ -25,6 +25,7 @@
  * Every element is reduced once, by its shard owner, in a fixed order, then in ring order:
  * the result is bitwise identical on all ranks and repeatable for the same topology.
  */
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <functional>
@@ -159,11 +160,20 @@ bool twohop_comm::cancel_transfers() {
     return ok;
 }
 
+namespace {
+std::atomic<unsigned long long> g_rabenseifner{0};
+} // namespace
+
+extern "C" const unsigned long long *twohop_rabenseifner_counter(void) {
+    return reinterpret_cast<const unsigned long long *>(&g_rabenseifner);
+}
+
 int twohop_comm::start_hop2(int set, size_t i, char *data, uint64_t items,
                             const twohop::Reducer *red, uint64_t tag, bool last) {
     const twohop_rail &rail = rails[i];
     const size_t k = set * rails.size() + i;
-    if (hop2_alg == 1) {
+    if (use_rabenseifner(rail.n, items * red->item_bytes())) {
+        g_rabenseifner.fetch_add(1, std::memory_order_relaxed);
         return rhds[k].start(worker, &rail.peers, rail.n, rail.pos, data, items, red,
                              ring_scratch(set, i), tag, kTagLastBit, last);
     }

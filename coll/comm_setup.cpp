@@ -57,6 +57,8 @@ struct RankInfo {
     int32_t depth, post_batch;
     int32_t latency_hop2, gpu_posted;
     int32_t posted_batch, hop2_algorithm;
+    uint64_t rhd_max_bytes;
+    int32_t rhd_min_nodes, pad3;
     int32_t vn_error; // this rank could not parse coll_twohop_virtual_nodes
     int32_t gpu;      // this process has the CUDA driver and twohop's device kernels
     twohop::ShmOffer offer[twohop::kShmOffers]; // segments this rank retained (shm_cache.h)
@@ -104,9 +106,13 @@ std::string validate(const twohop_params &p) {
     if (p.latency_hop2 < 0 || p.latency_hop2 > 1) {
         return "coll_twohop_latency_hop2 " + std::to_string(p.latency_hop2) + " out of range 0..1";
     }
-    if (p.hop2_algorithm < 0 || p.hop2_algorithm > 1) {
+    if (p.hop2_algorithm < 0 || p.hop2_algorithm > 2) {
         return "coll_twohop_hop2_algorithm " + std::to_string(p.hop2_algorithm) +
-               " out of range 0..1";
+               " out of range 0..2";
+    }
+    if (p.hop2_rabenseifner_min_nodes < 2) {
+        return "coll_twohop_hop2_rabenseifner_min_nodes " +
+               std::to_string(p.hop2_rabenseifner_min_nodes) + " below 2";
     }
     if (p.gpu_posted < 0 || p.gpu_posted > 1) {
         return "coll_twohop_gpu_posted " + std::to_string(p.gpu_posted) + " out of range 0..1";
@@ -146,7 +152,9 @@ int connect_rails(twohop_comm *c, twohop::Exchange &ex, const std::vector<RankIn
         rd_partners = twohop::rd_partners(c->topo.n_nodes(), c->topo.my_node);
     }
     // With Rabenseifner every rail also talks to its halving/doubling partners.
-    const std::vector<int> rhd = c->hop2_alg == 1
+    const bool may_rhd = c->hop2_alg == 1 ||
+                         (c->hop2_alg == 2 && c->topo.n_nodes() >= c->rhd_min_nodes);
+    const std::vector<int> rhd = may_rhd
                                      ? twohop::rhd_partners(c->topo.n_nodes(), c->topo.my_node)
                                      : std::vector<int>();
     int missing = 0;
@@ -319,6 +327,8 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
     me.gpu_posted = prm.gpu_posted;
     me.posted_batch = prm.posted_batch;
     me.hop2_algorithm = prm.hop2_algorithm;
+    me.rhd_max_bytes = prm.hop2_rabenseifner_max_bytes;
+    me.rhd_min_nodes = prm.hop2_rabenseifner_min_nodes;
     me.vn_error = !vn_error.empty();
     me.gpu = gpu_node_capable() ? 1 : 0;
     // Segments retained from freed communicators: taken out of the cache (a concurrent set-up
@@ -351,7 +361,9 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
             info[r].latency_hop2 != info[0].latency_hop2 ||
             info[r].gpu_posted != info[0].gpu_posted ||
             info[r].posted_batch != info[0].posted_batch ||
-            info[r].hop2_algorithm != info[0].hop2_algorithm) {
+            info[r].hop2_algorithm != info[0].hop2_algorithm ||
+            info[r].rhd_max_bytes != info[0].rhd_max_bytes ||
+            info[r].rhd_min_nodes != info[0].rhd_min_nodes) {
             set_why(why, whylen, "coll_twohop_* algorithm parameters differ between ranks 0 and " +
                                      std::to_string(r));
             return TWOHOP_ERR_BAD_PARAM;
@@ -376,6 +388,8 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
     c->latency_hop2 = prm.latency_hop2;
     c->gpu_posted = prm.gpu_posted != 0;
     c->hop2_alg = prm.hop2_algorithm;
+    c->rhd_max_bytes = prm.hop2_rabenseifner_max_bytes;
+    c->rhd_min_nodes = prm.hop2_rabenseifner_min_nodes;
     c->posted_batch = prm.posted_batch;
     c->slot_bytes = twohop::ShmLayout::align_up(prm.segment_bytes);
     c->small_bytes = prm.small_msg_bytes;
@@ -510,22 +524,21 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
         char msg[512];
         std::snprintf(msg, sizeof(msg),
                       "comm set up: rank %d of %d, %d node(s), node %d local rank %d of %d, "
-                      "%d shard(s), id %u, shm %llu bytes%s%s%s%s",
+                      "%d shard(s), id %u, shm %llu bytes%s%s%s%s%s",
                       a->rank, a->size, c->topo.n_nodes(), c->topo.my_node, c->topo.local_rank,
                       c->topo.local_size(), c->topo.n_shards(), c->comm_id,
                       static_cast<unsigned long long>(layout.total_bytes()),
                       c->shm_reused ? " (reused from a freed communicator)" : "",
                       c->gpu_round ? ", GPU path for device buffers" : "",
                       c->topo.n_nodes() < 2 ? ""
-                      : c->latency_hop2 == 0
-                          ? (c->hop2_alg == 1 ? ", between nodes: recursive doubling (latency "
-                                                "path), Rabenseifner (pipeline)"
-                                              : ", between nodes: recursive doubling (latency "
-                                                "path), ring (pipeline)")
-                          : (c->hop2_alg == 1 ? ", between nodes: ring (latency path), "
-                                                "Rabenseifner (pipeline)"
-                                              : ", between nodes: ring (latency path and "
-                                                "pipeline)"),
+                      : c->latency_hop2 == 0 ? ", latency path between nodes: recursive doubling"
+                                             : ", latency path between nodes: ring",
+                      c->topo.n_nodes() < 2 ? ""
+                      : c->hop2_alg == 0    ? ", pipeline between nodes: ring"
+                      : c->hop2_alg == 1    ? ", pipeline between nodes: Rabenseifner"
+                      : c->topo.n_nodes() >= c->rhd_min_nodes
+                          ? ", pipeline between nodes: Rabenseifner for small shards, ring above"
+                          : ", pipeline between nodes: ring (too few nodes for Rabenseifner)",
                       c->worker == nullptr ? ""
                       : c->worker->cuda_memory()
                           ? ", UCX reports CUDA memory support (hop 2 still runs from host "

@@ -81,7 +81,9 @@ struct twohop_comm {
     std::vector<twohop_rail> rails;        // one per owned shard (empty on one node)
     std::vector<twohop::RingOp> rings;     // [set * rails.size() + i]
     std::vector<twohop::RhdOp> rhds;       // the same, with coll_twohop_hop2_algorithm = 1
-    int hop2_alg = 0;                      // 0 ring, 1 Rabenseifner (agreed at set-up)
+    int hop2_alg = 2;                      // 0 ring, 1 Rabenseifner, 2 by size (agreed)
+    uint64_t rhd_max_bytes = 65536;        // hop2_alg 2: largest shard sent with Rabenseifner
+    int rhd_min_nodes = 8;                 // hop2_alg 2: fewest nodes for Rabenseifner
     // Latency path between node leaders (local rank 0, the rail of shard 0): recursive
     // doubling (latency_hop2 0) with endpoints to its partners by node position, one per set.
     int latency_hop2 = 0;
@@ -149,7 +151,12 @@ struct twohop_comm {
     /* True while hop 2 of rail i (set `set`) is in flight. */
     bool hop2_active(int set, size_t i) const {
         const size_t k = set * rails.size() + i;
-        return hop2_alg == 1 ? rhds[k].active() : rings[k].active();
+        return rhds[k].active() || rings[k].active();
+    }
+    /* Whether a shard of `bytes` among n nodes goes by Rabenseifner: depends only on agreed
+     * parameters, the node count and the shard size (the same on every rank of the rail). */
+    bool use_rabenseifner(int n, uint64_t bytes) const {
+        return hop2_alg == 1 || (hop2_alg == 2 && n >= rhd_min_nodes && bytes <= rhd_max_bytes);
     }
     /* Cancels every in-flight ring and recursive doubling; false when UCX kept a buffer. */
     bool cancel_transfers();

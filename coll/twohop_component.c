@@ -950,6 +950,10 @@ static int twohop_register(void) {
     register_counter(c, "doorbells",
                      "Doorbells the GPU rang and the proxy thread found in GPU-posted calls",
                      twohop_doorbells_counter());
+    register_counter(c, "rabenseifner_shards",
+                     "Hop-2 shard allreduces (one per rail and pipeline segment) run with "
+                     "Rabenseifner's algorithm instead of the ring (coll_twohop_hop2_algorithm)",
+                     twohop_rabenseifner_counter());
     register_counter(c, "enqueued_calls",
                      "Stream-ordered allreduces (twohop_allreduce_enqueue) twohop enqueued on the "
                      "application's CUDA stream without waiting for it", twohop_enqueued_calls_counter());

@@ -145,6 +145,9 @@ int twohop_stream_sync(void *stream);
 const unsigned long long *twohop_gpu_posted_calls_counter(void);
 const unsigned long long *twohop_doorbells_counter(void);
 
+/* Hop-2 shard transfers run by Rabenseifner in this process (coll_twohop_rabenseifner_shards). */
+const unsigned long long *twohop_rabenseifner_counter(void);
+
 /* Stream-ordered calls enqueued by twohop in this process (coll_twohop_enqueued_calls). */
 const unsigned long long *twohop_enqueued_calls_counter(void);
 
