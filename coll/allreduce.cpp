@@ -68,15 +68,15 @@ int twohop_comm::poll() {
     host.progress();
     if (rc != TWOHOP_OK) return rc;
     // A rank on another node gave up and told its rail neighbours (us).
+    // (Only once this rank has reached the failed call: see AbortMessages.)
     if (aborts && aborts->posted && aborts->recv.done.load(std::memory_order_acquire) &&
-        aborts->recv.status == UCS_OK) {
+        aborts->recv.status == UCS_OK && aborts->in[1] <= seq) {
         return TWOHOP_ERR_PEER;
     }
-    // A local peer that failed its part of the call told us through the control block.
+    // A local peer that failed its part of the call told us through the control block (a call
+    // this rank has reached: a peer ahead of it may fail a later call first).
     for (int i = 0; i < topo.local_size(); ++i) {
-        if (i != topo.local_rank && shm.flags(i).failed.load(std::memory_order_acquire)) {
-            return TWOHOP_ERR_PEER;
-        }
+        if (i != topo.local_rank && peer_failed(i)) return TWOHOP_ERR_PEER;
     }
     const auto now = Clock::now();
     if (now >= next_liveness) {
@@ -124,7 +124,7 @@ int twohop_comm::wait_all(std::atomic<uint64_t> RankFlags::*which, uint64_t targ
     // Flags that were already set skip poll(): a node peer that failed its part of this call
     // must still be noticed before its (possibly stale) inputs are used.
     for (int i = 0; i < topo.local_size(); ++i) {
-        if (i != topo.local_rank && shm.flags(i).failed.load(std::memory_order_acquire)) {
+        if (i != topo.local_rank && peer_failed(i)) {
             return TWOHOP_ERR_PEER;
         }
     }
@@ -149,7 +149,7 @@ int twohop_comm::post_abort_recv() {
     aborts.reset(new AbortMessages());
     aborts->sends.resize(2 * rails.size());
     aborts->posted = true;
-    return worker->recv(&aborts->in, sizeof(aborts->in), abort_tag(), &aborts->recv);
+    return worker->recv(aborts->in, sizeof(aborts->in), abort_tag(), &aborts->recv);
 }
 
 bool twohop_comm::cancel_transfers() {
@@ -187,18 +187,20 @@ void twohop_comm::fail(int status, const std::string &why) {
     // drained when the communicator is freed).
     if (worker && aborts && poisoned == TWOHOP_OK) {
         AbortMessages &a = *aborts;
-        a.out = static_cast<uint64_t>(status);
+        a.out[0] = static_cast<uint64_t>(status);
+        a.out[1] = call_first_seq;
         for (size_t i = 0; i < rails.size() && 2 * i + 1 < a.sends.size(); ++i) {
             const twohop::ucx::Endpoint *to[2] = {rails[i].right, rails[i].left};
             for (int k = 0; k < 2; ++k) {
                 if (!to[k]->failed.load(std::memory_order_acquire)) {
-                    (void)worker->send(to[k]->ep, &a.out, sizeof(a.out), abort_tag(),
+                    (void)worker->send(to[k]->ep, a.out, sizeof(a.out), abort_tag(),
                                        &a.sends[2 * i + k]);
                 }
             }
         }
         worker->progress();
     }
+    shm.flags(topo.local_rank).failed_seq.store(call_first_seq, std::memory_order_relaxed);
     shm.flags(topo.local_rank).failed.store(static_cast<uint64_t>(status),
                                              std::memory_order_release);
     poisoned = status;
@@ -551,6 +553,7 @@ int run_call(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out
              int *enqueued) {
     // A stream-ordered call still running on this rank's GPU writes this rank's flags: the
     // host must not write them before it has (gpu_node_enqueue drains itself if it declines).
+    c->call_first_seq = c->seq + 1;
     int rc = enqueue ? TWOHOP_OK : gpu_enqueue_drain(c);
     if (rc != TWOHOP_OK) return rc;
     bool joined = !enqueue;
@@ -637,5 +640,6 @@ extern "C" int twohop_stream_sync(void *stream) {
 }
 
 extern "C" void twohop_comm_abort(twohop_comm *c, int status, const char *why) {
+    c->call_first_seq = c->seq + 1; // the call this rank cannot take part in
     if (c->poisoned == TWOHOP_OK) c->fail(status, why ? why : describe(status));
 }

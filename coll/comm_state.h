@@ -68,6 +68,7 @@ struct twohop_comm {
     uint32_t comm_id = 0;          // agreed at set-up, unique among this process's communicators
     bool id_reserved = false;
     uint64_t seq = 0;              // segments processed on this communicator (same on all ranks)
+    uint64_t call_first_seq = 1;   // the first sequence number of the call in progress
     std::vector<int> my_shards;
     const twohop::MemOps *mem = &twohop::mem_ops(twohop::MemoryKind::Host); // user buffers
 
@@ -104,11 +105,14 @@ struct twohop_comm {
     // Abort messages between rail neighbours (>1 node): a rank whose call failed tells its
     // neighbours, which fail too and tell theirs, so no rank of the communicator waits forever
     // for one that gave up. One receive is posted for the communicator's life.
+    // The message: {status, first sequence number of the failed call}. A rank still finishing
+    // an earlier call (a lower sequence number) completes it and fails the failed call itself
+    // once it gets there, so a correct call never fails because a later one did elsewhere.
     struct AbortMessages {
         twohop::ucx::Request recv;
-        uint64_t in = 0;
+        uint64_t in[2] = {0, 0};
         std::vector<twohop::ucx::Request> sends; // 2 per rail (right, left)
-        uint64_t out = 0;
+        uint64_t out[2] = {0, 0};
         bool posted = false;
     };
     std::unique_ptr<AbortMessages> aborts;   // heap: leaked, not freed, if UCX keeps it
@@ -145,6 +149,13 @@ struct twohop_comm {
     int wait_all(std::atomic<uint64_t> twohop::RankFlags::*which, uint64_t target);
     /* Polls until done() holds; bounded by timeout_s like wait_for. */
     int poll_until(const std::function<bool()> &done);
+    /* True when local peer i failed a call this rank has reached (its first sequence number is
+     * at most this rank's current one). */
+    bool peer_failed(int i) {
+        twohop::RankFlags &f = shm.flags(i);
+        return f.failed.load(std::memory_order_acquire) != 0 &&
+               f.failed_seq.load(std::memory_order_relaxed) <= seq;
+    }
     /* Starts hop 2 of rail i (set `set`) over data[0, items) with the agreed algorithm. */
     int start_hop2(int set, size_t i, char *data, uint64_t items, const twohop::Reducer *red,
                    uint64_t tag, bool last);

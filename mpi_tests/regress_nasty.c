@@ -1,5 +1,5 @@
 /*
- * regress_nasty: reproducers of three allreduce defects (each mode exits 0 when twohop behaves
+ * regress_nasty: reproducers of four allreduce defects (each mode exits 0 when twohop behaves
  * as README.md promises, 1 otherwise; an alarm turns a hang into a failure).
  *
  *   segcount   commutative user op, rank 1 passes count = one full segment (262144 ints at the
@@ -9,6 +9,12 @@
  *   timeout    rank 1 sleeps 4 s before an allreduce; with coll_twohop_timeout=1 the waiting
  *              rank must get an error after about 1 s (it does on one node):
  *                run_mpi.sh -n 2 -v block:2 -m coll_twohop_timeout=1 -- regress_nasty timeout
+ *   laterfail  on a fresh duplicate per round: a correct pipeline-size allreduce (user op,
+ *              500000 ints), then an erroneous one (the last rank passes one int more). Nodes
+ *              that reach the erroneous call first fail it and tell the others; the correct
+ *              call must still succeed, exactly, on every rank (the failure belongs to the
+ *              later call). 8 rounds:
+ *                run_mpi.sh -n 4 -v block:2 -- regress_nasty laterfail
  *   zerostruct MPI_SUM over 3 doubles; rank 1 passes struct{3 x MPI_DOUBLE, 0 x MPI_INT}, whose
  *              type signature is that of 3 x MPI_DOUBLE. Exact result expected:
  *                run_mpi.sh -n 2 -m mpi_param_check=0 -- regress_nasty zerostruct
@@ -81,6 +87,35 @@ static int zerostruct(void) {
     return ok;
 }
 
+static int laterfail(void) {
+    MPI_Op op;
+    MPI_Op_create(isum, 1, &op);
+    const int n = 500000;
+    int *s = malloc(sizeof(int) * (n + 1)), *r = malloc(sizeof(int) * (n + 1));
+    int ok = 1;
+    for (int round = 0; round < 8; round++) {
+        MPI_Comm c;
+        MPI_Comm_dup(MPI_COMM_WORLD, &c);
+        MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
+        for (int i = 0; i < n; i++) s[i] = rank + i % 5;
+        int rc = MPI_Allreduce(s, r, n, MPI_INT, op, c);
+        for (int i = 0; i < n && rc == MPI_SUCCESS; i++) {
+            if (r[i] != size * (size - 1) / 2 + size * (i % 5)) rc = -1;
+        }
+        if (rc != MPI_SUCCESS) {
+            printf("rank %d round %d: FAIL: the correct call returned %d\n", rank, round, rc);
+            ok = 0;
+        }
+        // The erroneous call: its error is expected (on every rank), not checked here.
+        (void)MPI_Allreduce(s, r, rank == size - 1 ? 11 : 10, MPI_INT, op, c);
+        MPI_Comm_free(&c);
+    }
+    free(s);
+    free(r);
+    MPI_Op_free(&op);
+    return ok;
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -93,8 +128,9 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "segcount")) ok = segcount();
     else if (!strcmp(mode, "timeout")) ok = timeout_mode();
     else if (!strcmp(mode, "zerostruct")) ok = zerostruct();
+    else if (!strcmp(mode, "laterfail")) ok = laterfail();
     else {
-        fprintf(stderr, "usage: regress_nasty segcount|timeout|zerostruct\n");
+        fprintf(stderr, "usage: regress_nasty segcount|timeout|laterfail|zerostruct\n");
         ok = 0;
     }
     fflush(stdout);

@@ -39,6 +39,8 @@ struct alignas(128) RankFlags {
     std::atomic<uint64_t> vote;     // GPU path round: (seq << 1) | "I can take it"
     std::atomic<uint64_t> ready;    // stream-ordered GPU path: my input of `seq` is complete
                                     // (written by my GPU stream, not by the host)
+    std::atomic<uint64_t> failed_seq; // first sequence number of the call that failed (written
+                                      // before `failed`): peers still in an earlier call finish it
 };
 static_assert(sizeof(RankFlags) == 128, "one flag line per rank");
 

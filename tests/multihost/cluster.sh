@@ -135,6 +135,6 @@ case $cmd in
 up) up "$@" ;;
 down) down ;;
 link) link "${1:-}" ;;
-leftovers) leftovers "${2:-}" ;;
+leftovers) leftovers "${1:-}" ;;
 *) sed -n '2,19p' "$0"; exit 2 ;;
 esac
