@@ -699,7 +699,12 @@ static int allreduce_impl(const void *sbuf, void *rbuf, int count, ompi_datatype
     const int kin = in_place || count <= 0 ? kout : twohop_memory_kind(sbuf);
 #define TWOHOP_JOIN()                                                                          \
     do {                                                                                       \
-        if (!join_stream(&enqueue, stream)) return MPI_ERR_OTHER;                              \
+        if (!join_stream(&enqueue, stream)) {                                                  \
+            opal_output(0, "coll:twohop: comm %s: twohop_allreduce_enqueue: waiting for the "  \
+                        "application's CUDA stream failed (the stream or its device is in an " \
+                        "error state)", m->comm->c_name);                                      \
+            return MPI_ERR_OTHER;                                                              \
+        }                                                                                      \
     } while (0)
     if (count < 0) {
         TWOHOP_JOIN();

@@ -31,6 +31,7 @@
 
 #include <dlfcn.h>
 #include <mpi.h>
+#include <string.h>
 
 #include <cuda_runtime.h>
 
@@ -48,7 +49,8 @@ static inline twohop_allreduce_enqueue_fn twohop_enqueue_entry(void) {
     if (fn == NULL) {
         void *self = dlopen(NULL, RTLD_LAZY);
         if (self != NULL) {
-            fn = (twohop_allreduce_enqueue_fn)dlsym(self, "mca_coll_twohop_allreduce_enqueue");
+            void *sym = dlsym(self, "mca_coll_twohop_allreduce_enqueue");
+            memcpy(&fn, &sym, sizeof fn); /* object to function pointer, as POSIX allows */
             dlclose(self);
         }
         if (fn != NULL) __atomic_store_n(&cached, fn, __ATOMIC_RELEASE);
@@ -59,14 +61,21 @@ static inline twohop_allreduce_enqueue_fn twohop_enqueue_entry(void) {
 /*
  * Stream-ordered MPI_Allreduce (see above). Returns MPI_SUCCESS or an MPI error class (after
  * the communicator's error handler ran). Without twohop: cudaStreamSynchronize(stream), then
- * MPI_Allreduce.
+ * MPI_Allreduce (with a NULL stream on a machine without a usable GPU there is nothing to wait
+ * for: the allreduce runs).
  */
 static inline int twohop_allreduce_enqueue(const void *sendbuf, void *recvbuf, int count,
                                            MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
                                            cudaStream_t stream) {
     twohop_allreduce_enqueue_fn fn = twohop_enqueue_entry();
     if (fn != NULL) return fn(sendbuf, recvbuf, count, datatype, op, comm, (void *)stream);
-    if (cudaStreamSynchronize(stream) != cudaSuccess) return MPI_ERR_OTHER;
+    const cudaError_t e = cudaStreamSynchronize(stream);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError(); /* not sticky: clear it */
+        if (stream != NULL || (e != cudaErrorNoDevice && e != cudaErrorInsufficientDriver)) {
+            return MPI_ERR_OTHER;
+        }
+    }
     return MPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
 }
 

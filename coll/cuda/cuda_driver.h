@@ -113,7 +113,7 @@ bool flag_ops_supported(int device);
  * device whose primary context owns it. False on a driver error. */
 bool stream_sync(int device, void *stream);
 /* Waits for the legacy default stream of the calling thread's current context (true when the
- * thread has none: nothing can have been enqueued there). */
+ * thread has none, or there is no driver: nothing can have been enqueued there). */
 bool sync_current();
 /* The legacy default stream (CU_STREAM_LEGACY), for callers that pass no stream. */
 void *legacy_stream();
