@@ -219,7 +219,7 @@ if [[ $mode == full || $mode == enqueue || $mode == posted ]] &&
 fi
 # GPU-posted mode (coll_twohop_gpu_posted=1) on two virtual nodes: the device matrix, the
 # validated OSU-style run (every pipeline call GPU-posted), and the benchmark against
-# CPU-posted in the same session.
+# CPU-posted in the same run.
 if [[ $mode == full || $mode == posted ]]; then
     RUN_MCA=coll_twohop_gpu_posted=1 check np4_rr2_posted 4 rr:2 0
     if ((ngpu >= 2)); then # one rank per GPU and two ranks per GPU, over two virtual nodes
