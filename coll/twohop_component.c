@@ -511,6 +511,48 @@ static int user_reduce(void *ctx, const void *in, void *inout, size_t count) {
  * canonical element for predefined ops (base NULL for user ops). *elems_per_item: canonical
  * elements per user item, so the core's count is count * *elems_per_item.
  */
+/*
+ * The one predefined datatype the type signature of `t` consists of, or NULL when it has
+ * several. Like Open MPI's ompi_datatype_get_single_predefined_type_from_args (it follows the
+ * construction), except that blocks of a struct that add nothing to the signature (block length
+ * 0, or a datatype of size 0) are ignored, as the signature ignores them: two ranks whose
+ * datatypes have one signature are classified alike.
+ */
+static ompi_datatype_t *single_signature_type(ompi_datatype_t *t, int depth) {
+    if (ompi_datatype_is_predefined(t)) return t;
+    int32_t ci = 0, ca = 0, cd = 0, combiner = 0;
+    if (depth > 32 ||
+        ompi_datatype_get_args(t, 0, &ci, NULL, &ca, NULL, &cd, NULL, &combiner) != OMPI_SUCCESS ||
+        cd < 1) {
+        return ompi_datatype_get_single_predefined_type_from_args(t);
+    }
+    int32_t *iv = malloc(sizeof(int32_t) * (size_t)(ci > 0 ? ci : 1));
+    ptrdiff_t *av = malloc(sizeof(ptrdiff_t) * (size_t)(ca > 0 ? ca : 1));
+    ompi_datatype_t **dv = malloc(sizeof(*dv) * (size_t)cd);
+    ompi_datatype_t *single = NULL;
+    if (iv && av && dv &&
+        ompi_datatype_get_args(t, 1, &ci, iv, &ca, av, &cd, dv, &combiner) == OMPI_SUCCESS) {
+        bool ok = true;
+        for (int32_t k = 0; k < cd && ok; ++k) {
+            size_t sz = 0;
+            ompi_datatype_type_size(dv[k], &sz);
+            const bool empty = sz == 0 || (combiner == MPI_COMBINER_STRUCT && k + 1 < ci &&
+                                           iv[1 + k] == 0);
+            if (empty) continue;
+            ompi_datatype_t *b = single_signature_type(dv[k], depth + 1);
+            if (b == NULL || (single != NULL && b != single)) ok = false;
+            else single = b;
+        }
+        if (!ok) single = NULL;
+    } else {
+        single = ompi_datatype_get_single_predefined_type_from_args(t);
+    }
+    free(iv);
+    free(av);
+    free(dv);
+    return single;
+}
+
 static const char *classify(ompi_datatype_t *dtype, ompi_op_t *op, twohop_reduction *red,
                             user_op_ctx *uctx, ompi_datatype_t **base_out, size_t *base_size,
                             size_t *base_extent, size_t *elems_per_item) {
@@ -540,7 +582,7 @@ static const char *classify(ompi_datatype_t *dtype, ompi_op_t *op, twohop_reduct
     if (o < 0) return "op is not one of the predefined reduction ops";
     ompi_datatype_t *base = dtype;
     if (!ompi_datatype_is_predefined(dtype)) {
-        base = ompi_datatype_get_single_predefined_type_from_args(dtype);
+        base = single_signature_type(dtype, 0);
         if (base == NULL) return "derived datatype mixes several predefined types";
     }
     int t = map_predefined(base);

@@ -1,5 +1,5 @@
 /*
- * regress_nasty: reproducers of four allreduce defects (each mode exits 0 when twohop behaves
+ * regress_nasty: reproducers of four allreduce defects (all fixed; kept as regression tests) (each mode exits 0 when twohop behaves
  * as README.md promises, 1 otherwise; an alarm turns a hang into a failure).
  *
  *   segcount   commutative user op, rank 1 passes count = one full segment (262144 ints at the
