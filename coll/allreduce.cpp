@@ -590,7 +590,7 @@ int run_call(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out
     rc = c->gpu_hop1.active && c->gpu_posted ? gpu_posted_pipeline(c, out, count, red)
                                               : pipeline_path(c, in, out, count, reducer);
     if (c->gpu_hop1.active && rc == TWOHOP_OK) gpu_hop1_done();
-    if (c->gpu_hop1.active && rc != TWOHOP_OK) gpu_hop1_quiesce(c);
+    if (c->gpu_hop1.active && rc != TWOHOP_OK) c->gpu_hop1.settle();
     c->gpu_hop1.active = false;
     return rc;
 }

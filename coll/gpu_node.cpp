@@ -186,23 +186,24 @@ void gpu_hop1_done() { g_hop1_calls.fetch_add(1, std::memory_order_relaxed); }
 
 bool gpu_node_capable() { return cuda::kernels_available(); }
 
-void GpuHop1::release_segment() {
+void GpuHop1::settle() {
+    // Kernels and copies on twohop's stream wait on nothing else: they end.
     if (pending && fence.record(device)) {
         while (fence.query() == 0) {
         }
     }
     pending = false;
+}
+
+void GpuHop1::release_segment() {
+    settle();
     if (shm_host) cuda::host_unregister(reg_device, shm_host);
     shm_host = shm_dev = nullptr;
     reg_device = -1;
 }
 
 GpuHop1::~GpuHop1() {
-    if (pending && fence.record(device)) { // a failed call's work: let it end before unmapping
-        while (fence.query() == 0) {
-        }
-    }
-    if (shm_host) cuda::host_unregister(reg_device, shm_host);
+    release_segment(); // a failed call's work ends before the segment is unmapped
     if (ring) {
         cuda::host_unregister(ring_device, ring);
         std::free(ring);
@@ -249,16 +250,6 @@ int gpu_hop1_wait(twohop_comm *c) {
     if (q < 0) return gpu_error(c, "twohop's GPU work failed on local rank", c->topo.local_rank);
     h.pending = false;
     return TWOHOP_OK;
-}
-
-void gpu_hop1_quiesce(twohop_comm *c) {
-    GpuHop1 &h = c->gpu_hop1;
-    if (!h.pending) return;
-    if (h.fence.record(h.device)) {
-        while (h.fence.query() == 0) {
-        }
-    }
-    h.pending = false;
 }
 
 GpuStaging::~GpuStaging() {
@@ -610,7 +601,7 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
         release_gpu_waits(c);
         twohop::open_gate(&h.ring->gate_start, uint64_t(1) << 62);
         twohop::open_gate(&h.ring->gate_finish, uint64_t(1) << 62);
-        gpu_hop1_quiesce(c);
+        h.settle();
     };
     if (!ok) {
         release();

@@ -81,8 +81,10 @@ struct GpuHop1 {
     twohop::DoorbellRing *ring = nullptr;
     twohop::DoorbellRing *ring_dev = nullptr;
     int ring_device = -1;
-    /* Waits for twohop's own GPU work and drops the segment's registration with the driver
-     * (before the segment is handed to another communicator). */
+    /* Waits (spinning) until the work enqueued on twohop's own stream has completed. */
+    void settle();
+    /* settle(), then drops the segment's registration with the driver (before the segment is
+     * handed to another communicator or unmapped). */
     void release_segment();
     ~GpuHop1();
 };
@@ -100,10 +102,6 @@ int gpu_hop3_post(twohop_comm *c, char *dst, const char *src, uint64_t len);
 /* Waits (polling c, so in-flight hop-2 transfers progress) until everything enqueued by
  * gpu_hop1_post / gpu_hop3_post has completed. Returns a twohop_status. */
 int gpu_hop1_wait(twohop_comm *c);
-
-/* After a failed call: waits without polling until twohop's enqueued GPU work finished (it
- * waits on nothing else, so it ends), so shared memory it reads or writes can be released. */
-void gpu_hop1_quiesce(twohop_comm *c);
 
 /*
  * GPU-posted pipeline (coll_twohop_gpu_posted = 1) of a multi-node call whose hop 1 the node
