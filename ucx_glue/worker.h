@@ -45,6 +45,24 @@ struct Request {
 };
 
 /*
+ * Outcome of one step of a transfer schedule whose send and/or receive completed:
+ * TWOHOP_ERR_MISMATCH when the receive was truncated or the caller's check of what arrived
+ * (`recv_matches`: length, call word, tag bits) failed, TWOHOP_ERR_TRANSPORT when a transfer
+ * failed, else TWOHOP_OK.
+ */
+inline int step_outcome(bool sending, const Request &send, bool receiving, const Request &recv,
+                        bool recv_matches) {
+    if (receiving && (recv.status == UCS_ERR_MESSAGE_TRUNCATED ||
+                      (recv.status == UCS_OK && !recv_matches))) {
+        return TWOHOP_ERR_MISMATCH;
+    }
+    if ((sending && send.status != UCS_OK) || (receiving && recv.status != UCS_OK)) {
+        return TWOHOP_ERR_TRANSPORT;
+    }
+    return TWOHOP_OK;
+}
+
+/*
  * One cached endpoint to a peer process. `failed` is set by UCX's error callback (peer
  * process gone, connection lost) and never cleared: the communicators using this endpoint
  * fail their calls, other communicators of the process are not affected.

@@ -1,5 +1,6 @@
 #include "cuda_driver.h"
 
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <dlfcn.h>
@@ -557,13 +558,21 @@ bool wait_flag(int device, void *stream, void *flag, unsigned long long value) {
 }
 
 bool flag_ops_supported(int device) {
-    if (!g_loaded) return false;
-    CUdevice d;
-    int v = 0;
-    return g_drv.device_get(&d, device) == CUDA_SUCCESS &&
-           g_drv.device_get_attribute(&v, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, d) ==
-               CUDA_SUCCESS &&
-           v != 0;
+    if (!g_loaded || device < 0 || device >= 256) return false;
+    static std::atomic<int> known[256]; // 0 not asked yet, 1 yes, 2 no (a device property)
+    int k = known[device].load(std::memory_order_relaxed);
+    if (k == 0) {
+        CUdevice d;
+        int v = 0;
+        const bool yes = g_drv.device_get(&d, device) == CUDA_SUCCESS &&
+                         g_drv.device_get_attribute(
+                             &v, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, d) ==
+                             CUDA_SUCCESS &&
+                         v != 0;
+        k = yes ? 1 : 2;
+        known[device].store(k, std::memory_order_relaxed);
+    }
+    return k == 1;
 }
 
 bool stream_sync(int device, void *stream) {

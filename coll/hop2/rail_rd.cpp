@@ -62,18 +62,15 @@ int RdOp::advance(bool *finished) {
         return TWOHOP_OK;
     }
     uint64_t their_word = 0;
-    if (receiving_ && recv_.status == UCS_OK && recv_.received == bytes_ + sizeof(word_)) {
+    const bool whole = recv_.received == bytes_ + sizeof(word_);
+    if (receiving_ && recv_.status == UCS_OK && whole) {
         std::memcpy(&their_word, recv_buf_.data() + bytes_, sizeof(their_word));
     }
-    if (receiving_ && (recv_.status == UCS_ERR_MESSAGE_TRUNCATED ||
-                       (recv_.status == UCS_OK && (recv_.received != bytes_ + sizeof(word_) ||
-                                                   their_word != word_)))) {
+    const int out = ucx::step_outcome(sending_, send_, receiving_, recv_,
+                                      whole && their_word == word_);
+    if (out != TWOHOP_OK) {
         active_ = false;
-        return TWOHOP_ERR_MISMATCH;
-    }
-    if ((sending_ && send_.status != UCS_OK) || (receiving_ && recv_.status != UCS_OK)) {
-        active_ = false;
-        return TWOHOP_ERR_TRANSPORT;
+        return out;
     }
     char *in = recv_buf_.data();
     if (st.kind == RdStep::RecvResult) std::memcpy(data_, in, bytes_);

@@ -72,16 +72,13 @@ int RhdOp::advance(bool *finished) {
         }
         return TWOHOP_OK;
     }
-    if (receiving_ &&
-        (recv_.status == UCS_ERR_MESSAGE_TRUNCATED ||
-         (recv_.status == UCS_OK && (recv_.received != expect_bytes_ ||
-                                     (recv_.sender_tag & last_mask_) != (tag_base_ & last_mask_))))) {
+    const int out = ucx::step_outcome(sending_, send_, receiving_, recv_,
+                                      recv_.received == expect_bytes_ &&
+                                          (recv_.sender_tag & last_mask_) ==
+                                              (tag_base_ & last_mask_));
+    if (out != TWOHOP_OK) {
         active_ = false;
-        return TWOHOP_ERR_MISMATCH;
-    }
-    if ((sending_ && send_.status != UCS_OK) || (receiving_ && recv_.status != UCS_OK)) {
-        active_ = false;
-        return TWOHOP_ERR_TRANSPORT;
+        return out;
     }
     if (st.kind == RhdStep::FoldRecv || st.kind == RhdStep::Halve) {
         // (lower position's partial) op (higher position's partial), on both sides of a

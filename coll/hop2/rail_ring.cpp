@@ -63,15 +63,13 @@ int RingOp::advance(bool *finished) {
         }
         return TWOHOP_OK;
     }
-    if (recv_.status == UCS_ERR_MESSAGE_TRUNCATED ||
-        (recv_.status == UCS_OK && (recv_.received != expect_bytes_ ||
-                                    (recv_.sender_tag & last_mask_) != (tag_base_ & last_mask_)))) {
+    const int out = ucx::step_outcome(true, send_, true, recv_,
+                                      recv_.received == expect_bytes_ &&
+                                          (recv_.sender_tag & last_mask_) ==
+                                              (tag_base_ & last_mask_));
+    if (out != TWOHOP_OK) {
         active_ = false;
-        return TWOHOP_ERR_MISMATCH;
-    }
-    if (send_.status != UCS_OK || recv_.status != UCS_OK) {
-        active_ = false;
-        return TWOHOP_ERR_TRANSPORT;
+        return out;
     }
     if (step_ < n_ - 1) { // reduce-scatter: fold the partial result of the ring so far in
         uint64_t items;

@@ -53,16 +53,20 @@ inline std::vector<RdStep> rd_schedule(int n, int pos) {
     return s;
 }
 
-/* Every partner position pos talks to (for connecting endpoints), without duplicates. */
-inline std::vector<int> rd_partners(int n, int pos) {
+/* The partners of a schedule's steps (any step type with a `partner`), without duplicates, in
+ * order of first use: the endpoints a member must connect. */
+template <class Step> std::vector<int> schedule_partners(const std::vector<Step> &steps) {
     std::vector<int> p;
-    for (const RdStep &st : rd_schedule(n, pos)) {
+    for (const Step &st : steps) {
         bool seen = false;
         for (int q : p) seen = seen || q == st.partner;
         if (!seen) p.push_back(st.partner);
     }
     return p;
 }
+
+/* Every partner position pos talks to (for connecting endpoints), without duplicates. */
+inline std::vector<int> rd_partners(int n, int pos) { return schedule_partners(rd_schedule(n, pos)); }
 
 } // namespace twohop
 

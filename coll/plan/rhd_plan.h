@@ -74,13 +74,7 @@ inline std::vector<RhdStep> rhd_schedule(int n, int pos) {
 
 /* Every partner position pos talks to, without duplicates. */
 inline std::vector<int> rhd_partners(int n, int pos) {
-    std::vector<int> p;
-    for (const RhdStep &st : rhd_schedule(n, pos)) {
-        bool seen = false;
-        for (int q : p) seen = seen || q == st.partner;
-        if (!seen) p.push_back(st.partner);
-    }
-    return p;
+    return schedule_partners(rhd_schedule(n, pos));
 }
 
 } // namespace twohop
