@@ -10,12 +10,15 @@
  *   Communicators created and freed in turns (duplicates of MPI_COMM_WORLD, which may take over
  *   a freed one's shared memory, splits into halves and odd/even ranks, which may not), each
  *   used for exact allreduces of a latency-path and a pipeline size, some freed while others
- *   live: every result must be exact. Exit 0 on success.
+ *   live: every result must be exact, and the MPI_T counters must show twohop served every
+ *   call (none fell back). Exit 0 on success.
  */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "twohop_pvars.h"
 
 static int cmp(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -44,8 +47,14 @@ static int use(MPI_Comm c, int n, int salt) {
 }
 
 static int check(void) {
-    int rank, bad = 0;
+    int rank, bad = 0, calls = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    struct twohop_pvars pv;
+    if (!twohop_pvars_open(&pv)) {
+        if (rank == 0) printf("setup_cost --check: twohop not loaded (%s)\n", pv.why);
+        return 1;
+    }
+    const struct twohop_counts c0 = twohop_pvars_read(&pv);
     const int sizes[3] = {3, 1000, 700001}; // latency path, medium, several pipeline segments
     MPI_Comm keep = MPI_COMM_NULL;
     for (int round = 0; round < 12; round++) {
@@ -57,18 +66,33 @@ static int check(void) {
         } else {
             MPI_Comm_dup(MPI_COMM_WORLD, &c);
         }
-        for (int k = 0; k < 3; k++) bad |= use(c, sizes[(k + round) % 3], round * 3 + k);
+        int csize;
+        MPI_Comm_size(c, &csize); // single-rank communicators are coll/self's, not twohop's
+        for (int k = 0; k < 3; k++, calls += csize > 1) {
+            bad |= use(c, sizes[(k + round) % 3], round * 3 + k);
+        }
         if (round == 5) { // one stays alive across later set-ups
             keep = c;
             continue;
         }
-        if (keep != MPI_COMM_NULL && round > 5) bad |= use(keep, sizes[round % 3], round);
+        if (keep != MPI_COMM_NULL && round > 5) {
+            bad |= use(keep, sizes[round % 3], round);
+            calls++;
+        }
         MPI_Comm_free(&c);
     }
     if (keep != MPI_COMM_NULL) {
         bad |= use(keep, 700001, 99);
+        calls++;
         MPI_Comm_free(&keep);
     }
+    const struct twohop_counts c1 = twohop_pvars_read(&pv);
+    if (c1.served - c0.served != (unsigned long long)calls || c1.fallback != c0.fallback) {
+        printf("rank %d: twohop served %llu of %d calls, fell back %llu\n", rank,
+               c1.served - c0.served, calls, c1.fallback - c0.fallback);
+        bad = 1;
+    }
+    twohop_pvars_close(&pv);
     int total = 0;
     MPI_Allreduce(&bad, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (rank == 0) printf("setup_cost --check: %s\n", total ? "FAIL" : "OK");
