@@ -22,6 +22,7 @@
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,9 +122,21 @@ static int parse_args(int argc, char **argv, struct options *o) {
     return 0;
 }
 
-/* Size_t MCA value from the environment (mpirun exports --mca X Y as OMPI_MCA_X). */
+/* twohop setting `name` from the environment: the MCA parameter coll_twohop_<name> (mpirun
+ * exports --mca X Y as OMPI_MCA_X), else the PMPI library's TWOHOP_<NAME>; NULL when unset. */
+static const char *twohop_setting_env(const char *name) {
+    char var[128];
+    snprintf(var, sizeof var, "OMPI_MCA_coll_twohop_%s", name);
+    const char *s = getenv(var);
+    if (s) return s;
+    snprintf(var, sizeof var, "TWOHOP_%s", name);
+    for (char *c = var + 7; *c; ++c) *c = (char)toupper((unsigned char)*c);
+    return getenv(var);
+}
+
+/* A size_t twohop setting (twohop_setting_env), or dflt. */
 static size_t env_size(const char *name, size_t dflt) {
-    const char *s = getenv(name);
+    const char *s = twohop_setting_env(name);
     return s && *s ? (size_t)strtoull(s, NULL, 0) : dflt;
 }
 
@@ -231,7 +244,7 @@ static bool parse_vnodes(const char *spec, int n, long *node) {
  */
 static void node_layout(struct ctx *cx, long *node) {
     const char *spec =
-        cx->opt.vnodes ? cx->opt.vnodes : getenv("OMPI_MCA_coll_twohop_virtual_nodes");
+        cx->opt.vnodes ? cx->opt.vnodes : twohop_setting_env("virtual_nodes");
     if (spec && *spec && parse_vnodes(spec, cx->wsize, node)) {
         return;
     }
@@ -492,7 +505,7 @@ static void run_case(struct ctx *cx, int si, int t, int op, long long count, int
     rec->inplace = (int8_t)inplace;
 
     uint64_t hashes[2] = {0, 0};
-    char msg[512];
+    char msg[MPI_MAX_ERROR_STRING + 64];
     struct twohop_counts c0 = twohop_pvars_read(&cx->pv);
     for (int call = 0; call < 2; call++) {
         memset(sendb, 0, bytes + 2 * GUARD);
@@ -776,8 +789,8 @@ int main(int argc, char **argv) {
     signal(SIGALRM, watchdog);
     alarm((unsigned)cx.opt.timeout_s);
     double t0 = MPI_Wtime();
-    cx.segment_bytes = env_size("OMPI_MCA_coll_twohop_segment_bytes", DEFAULT_SEGMENT);
-    cx.small_bytes = env_size("OMPI_MCA_coll_twohop_small_msg_bytes", DEFAULT_SMALL);
+    cx.segment_bytes = env_size("segment_bytes", DEFAULT_SEGMENT);
+    cx.small_bytes = env_size("small_msg_bytes", DEFAULT_SMALL);
 
     long setup_fail = 0;
     if (!twohop_pvars_open(&cx.pv) && cx.opt.expect_twohop) {

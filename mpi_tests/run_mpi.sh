@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # Launches an MPI test program through mpirun with twohop (or tuned, or han) selected.
 #
-# usage: run_mpi.sh -n NP [-c twohop|tuned|han] [-b BUILD_DIR] [-v VNODES] [-t TIMEOUT_S]
-#                   [-m NAME=VALUE]... -- PROGRAM [ARGS...]
+# usage: run_mpi.sh -n NP [-c twohop|tuned|han|pmpi] [-l LAUNCHER] [-b BUILD_DIR] [-v VNODES]
+#                   [-t TIMEOUT_S] [-m NAME=VALUE]... -- PROGRAM [ARGS...]
 #   -n NP        ranks (always --oversubscribe --bind-to none)
 #   -c COLL      twohop (default): --mca coll twohop,tuned,basic,libnbc,self and the component
 #                path BUILD_DIR/coll before Open MPI's own component directory;
 #                tuned: --mca coll tuned,basic,libnbc,self;
-#                han: --mca coll han,tuned,basic,libnbc,self --mca coll_han_priority 100
+#                han: --mca coll han,tuned,basic,libnbc,self --mca coll_han_priority 100;
+#                pmpi: the PMPI library BUILD_DIR/pmpi/libtwohop_pmpi.so through LD_PRELOAD,
+#                with any MPI: coll_twohop_<name> settings (-m, -v) become TWOHOP_<NAME>
+#                environment variables; other -m settings pass to Open MPI's mpirun as --mca
+#                and are dropped (with a note) under MPICH's mpiexec
+#   -l LAUNCHER  the MPI's launcher (default mpirun): Open MPI's mpirun, or MPICH's Hydra
+#                mpiexec (e.g. mpiexec.mpich; told apart by its --version)
 #   -b DIR       meson build directory holding coll/mca_coll_twohop.so (default: ./build)
 #   -v VNODES    value of coll_twohop_virtual_nodes (block:K, rr:K, sizes:..., list:...)
 #   -t SECONDS   outer watchdog: `timeout` kills mpirun after SECONDS (default 300)
@@ -18,17 +24,18 @@
 # Exit status: the program's; 124 when the outer watchdog fired.
 set -euo pipefail
 
-np=2 coll=twohop build=./build vnodes='' tmo=300
-mca=()
-while getopts "n:c:b:v:t:m:h" opt; do
+np=2 coll=twohop build=./build vnodes='' tmo=300 launcher=mpirun
+mca=() mraw=()
+while getopts "n:c:l:b:v:t:m:h" opt; do
     case $opt in
     n) np=$OPTARG ;;
     c) coll=$OPTARG ;;
     b) build=$OPTARG ;;
     v) vnodes=$OPTARG ;;
     t) tmo=$OPTARG ;;
-    m) mca+=(--mca "${OPTARG%%=*}" "${OPTARG#*=}") ;;
-    h) sed -n '2,15p' "$0"; exit 0 ;;
+    l) launcher=$OPTARG ;;
+    m) mca+=(--mca "${OPTARG%%=*}" "${OPTARG#*=}"); mraw+=("$OPTARG") ;;
+    h) sed -n '2,22p' "$0"; exit 0 ;;
     *) exit 2 ;;
     esac
 done
@@ -71,12 +78,42 @@ twohop)
     sel=(--mca coll twohop,tuned,basic,libnbc,self --mca mca_base_component_path "$path")
     [[ -n $vnodes ]] && sel+=(--mca coll_twohop_virtual_nodes "$vnodes")
     ;;
+pmpi)
+    so="$build/pmpi/libtwohop_pmpi.so"
+    [[ -f $so ]] || { echo "run_mpi.sh: $so not found" >&2; exit 2; }
+    envs=(LD_PRELOAD "$(cd "$(dirname "$so")" && pwd)/$(basename "$so")")
+    [[ -n $vnodes ]] && envs+=(TWOHOP_VIRTUAL_NODES "$vnodes")
+    other=()
+    for kv in ${mraw[@]+"${mraw[@]}"}; do
+        name=${kv%%=*}
+        if [[ $name == coll_twohop_* ]]; then
+            var=${name#coll_twohop_}
+            envs+=("TWOHOP_${var^^}" "${kv#*=}")
+        else
+            other+=("$kv")
+        fi
+    done
+    if "$launcher" --version 2>&1 | grep -q HYDRA; then
+        cmd=("$launcher" -n "$np")
+        for ((i = 0; i < ${#envs[@]}; i += 2)); do cmd+=(-genv "${envs[i]}" "${envs[i + 1]}"); done
+        for kv in ${other[@]+"${other[@]}"}; do
+            echo "run_mpi.sh: note: '$kv' is an Open MPI setting; not passed to $launcher" >&2
+        done
+    else
+        cmd=("$launcher" --oversubscribe --bind-to none -np "$np" --mca coll tuned,basic,libnbc,self)
+        for ((i = 0; i < ${#envs[@]}; i += 2)); do cmd+=(-x "${envs[i]}=${envs[i + 1]}"); done
+        for kv in ${other[@]+"${other[@]}"}; do cmd+=(--mca "${kv%%=*}" "${kv#*=}"); done
+    fi
+    cmd+=("$@")
+    ;;
 tuned) sel=(--mca coll tuned,basic,libnbc,self) ;;
 han) sel=(--mca coll han,tuned,basic,libnbc,self --mca coll_han_priority 100) ;;
 *) echo "run_mpi.sh: unknown coll '$coll'" >&2; exit 2 ;;
 esac
 
-cmd=(mpirun --oversubscribe --bind-to none -np "$np" "${sel[@]}" "${mca[@]}" "$@")
+if [[ $coll != pmpi ]]; then
+    cmd=("$launcher" --oversubscribe --bind-to none -np "$np" "${sel[@]}" ${mca[@]+"${mca[@]}"} "$@")
+fi
 echo "+ ${cmd[*]}" >&2
 rc=0
 timeout --kill-after=15 "$tmo" "${cmd[@]}" || rc=$?

@@ -1,11 +1,31 @@
 /*
  * MPI_T lookup of twohop's counters. MPI_T_pvar_get_index is deliberately not used (the
  * contract says find by name through get_num/get_info, which also works on MPI 3.0 libraries).
+ * Under the PMPI library (libtwohop_pmpi.so, any MPI) the same counters are read through its
+ * twohop_pmpi_counter(), found with dlsym: it takes precedence when present.
  */
 #include "twohop_pvars.h"
 
+#include <dlfcn.h>
 #include <stdio.h>
 #include <string.h>
+
+typedef int (*pmpi_counter_fn)(const char *, unsigned long long *);
+
+/* libtwohop_pmpi.so's counter reader, or NULL when the library is not loaded. */
+static pmpi_counter_fn pmpi_counter(void) {
+    void *sym = dlsym(RTLD_DEFAULT, "twohop_pmpi_counter");
+    pmpi_counter_fn fn;
+    memcpy(&fn, &sym, sizeof fn); /* object to function pointer, as POSIX allows */
+    return fn;
+}
+
+static unsigned long long pmpi_read(const char *name) {
+    unsigned long long v = 0;
+    pmpi_counter_fn fn = pmpi_counter();
+    if (fn) fn(name, &v);
+    return v;
+}
 
 #define SERVED_NAME "coll_twohop_allreduce_calls"
 #define FALLBACK_NAME "coll_twohop_fallback_calls"
@@ -48,6 +68,11 @@ static int find_pvar(const char *want, char *why, size_t why_len) {
 
 bool twohop_pvars_open(struct twohop_pvars *pv) {
     memset(pv, 0, sizeof *pv);
+    if (pmpi_counter() != NULL) {
+        pv->pmpi = true;
+        pv->found = true;
+        return true;
+    }
     int provided;
     /* Ask MPI_T for the level MPI runs at: Open MPI 4.1's MPI_T_init_thread overwrites the
      * process's MPI thread level with the one requested here. */
@@ -94,7 +119,15 @@ bool twohop_pvars_open(struct twohop_pvars *pv) {
 
 struct twohop_counts twohop_pvars_read(const struct twohop_pvars *pv) {
     struct twohop_counts c = {0, 0, 0, 0, 0, 0, 0};
-    if (pv->found) {
+    if (pv->pmpi) {
+        c.served = pmpi_read("coll_twohop_allreduce_calls");
+        c.fallback = pmpi_read("coll_twohop_fallback_calls");
+        c.gpu = pmpi_read("coll_twohop_gpu_path_calls");
+        c.gpu_hop1 = pmpi_read("coll_twohop_gpu_hop1_calls");
+        c.enqueued = pmpi_read("coll_twohop_enqueued_calls");
+        c.posted = pmpi_read("coll_twohop_gpu_posted_calls");
+        c.doorbells = pmpi_read("coll_twohop_doorbells");
+    } else if (pv->found) {
         MPI_T_pvar_read(pv->session, pv->served, &c.served);
         MPI_T_pvar_read(pv->session, pv->fallback, &c.fallback);
         if (pv->has_gpu) MPI_T_pvar_read(pv->session, pv->gpu, &c.gpu);
@@ -107,6 +140,10 @@ struct twohop_counts twohop_pvars_read(const struct twohop_pvars *pv) {
 }
 
 void twohop_pvars_close(struct twohop_pvars *pv) {
+    if (pv->pmpi) {
+        pv->pmpi = pv->found = false;
+        return;
+    }
     if (pv->found) {
         MPI_T_pvar_handle_free(pv->session, &pv->served);
         MPI_T_pvar_handle_free(pv->session, &pv->fallback);

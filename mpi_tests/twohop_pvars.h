@@ -1,7 +1,8 @@
 /*
  * Reads twohop's MPI_T performance variables (coll_twohop_allreduce_calls and
  * coll_twohop_fallback_calls) so tests and the benchmark can prove which algorithm served a call.
- * Plain MPI_T; no Open MPI internals.
+ * Plain MPI_T; no Open MPI internals. Under libtwohop_pmpi.so (any MPI) the same counters come
+ * from the library's twohop_pmpi_counter() instead.
  */
 #ifndef TWOHOP_PVARS_H
 #define TWOHOP_PVARS_H
@@ -24,6 +25,7 @@ struct twohop_counts {
 /* Handles for reading the two counters; `found` is false when twohop is not loaded. */
 struct twohop_pvars {
     bool found;
+    bool pmpi;     /* read through libtwohop_pmpi.so's twohop_pmpi_counter(), not MPI_T */
     char why[256]; /* why found is false (for messages) */
     MPI_T_pvar_session session;
     MPI_T_pvar_handle served;
