@@ -93,7 +93,8 @@ pmpi)
             other+=("$kv")
         fi
     done
-    if "$launcher" --version 2>&1 | grep -q HYDRA; then
+    version=$("$launcher" --version 2>&1 || true)
+    if [[ $version == *HYDRA* ]]; then
         cmd=("$launcher" -n "$np")
         for ((i = 0; i < ${#envs[@]}; i += 2)); do cmd+=(-genv "${envs[i]}" "${envs[i + 1]}"); done
         for kv in ${other[@]+"${other[@]}"}; do
