@@ -6,7 +6,9 @@
 # Exit status: non-zero if a test failed, a build failed, or no test ran.
 # Environment: BUILD_DIR (default build); MESON_TEST_ARGS (extra `meson test` options, e.g.
 # "--suite mpi"); MPI_TESTS_COLL=tuned runs the MPI tests against plain Open MPI as a baseline;
-# SKIP_SANITIZERS=1 skips the sanitizer builds (quick local runs; CI runs them).
+# SKIP_SANITIZERS=1 skips the sanitizer builds (quick local runs; CI runs them);
+# SKIP_STACKS=1 skips the other MPI stacks (scripts/stacks/: MPICH with the PMPI library, Open
+# MPI 5.0 in a Debian 13 chroot), which otherwise run their 'portable' suite after the rest.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 build=${BUILD_DIR:-build}
@@ -38,6 +40,21 @@ if [[ ${SKIP_SANITIZERS:-0} != 1 ]]; then
             logs+=("$d/meson-logs/testlog.json")
         else
             echo "run_tests.sh: $d: no test log (build failed)" >&2
+            san_failed=$((san_failed + 1))
+        fi
+    done
+fi
+
+if [[ ${SKIP_STACKS:-0} != 1 ]]; then
+    for stack in mpich ompi5; do
+        script=scripts/stacks/$stack.sh
+        [[ -f $script ]] || continue
+        rm -f "build-$stack/meson-logs/testlog.json"
+        BUILD_DIR=build-$stack bash "$script" || test_rc=1
+        if [[ -f build-$stack/meson-logs/testlog.json ]]; then
+            logs+=("build-$stack/meson-logs/testlog.json")
+        else
+            echo "run_tests.sh: stack $stack: no test log (set-up or build failed)" >&2
             san_failed=$((san_failed + 1))
         fi
     done
