@@ -23,8 +23,9 @@
  * Two communicators used on one stream must be used in the same order on every rank (as with
  * NCCL): an allreduce waits on the GPU for the other ranks' part of the same call.
  *
- * Header only: it finds twohop at run time (Open MPI loads its components RTLD_GLOBAL), so the
- * application links against MPI and the CUDA runtime, plus -ldl on older C libraries.
+ * Header only: it finds twohop at run time (Open MPI loads its components RTLD_GLOBAL; under
+ * another MPI, libtwohop_pmpi.so is preloaded or linked), so the application links against MPI
+ * and the CUDA runtime, plus -ldl on older C libraries.
  */
 #ifndef TWOHOP_H
 #define TWOHOP_H
@@ -42,7 +43,8 @@ extern "C" {
 typedef int (*twohop_allreduce_enqueue_fn)(const void *, void *, int, MPI_Datatype, MPI_Op,
                                            MPI_Comm, void *);
 
-/* The component's entry point, or NULL before MPI_Init or when twohop is not loaded. */
+/* twohop's entry point (the Open MPI component's, else the PMPI library's), or NULL before
+ * MPI_Init or when twohop is not loaded. */
 static inline twohop_allreduce_enqueue_fn twohop_enqueue_entry(void) {
     static twohop_allreduce_enqueue_fn cached;
     twohop_allreduce_enqueue_fn fn = __atomic_load_n(&cached, __ATOMIC_ACQUIRE);
@@ -50,6 +52,7 @@ static inline twohop_allreduce_enqueue_fn twohop_enqueue_entry(void) {
         void *self = dlopen(NULL, RTLD_LAZY);
         if (self != NULL) {
             void *sym = dlsym(self, "mca_coll_twohop_allreduce_enqueue");
+            if (sym == NULL) sym = dlsym(self, "twohop_pmpi_allreduce_enqueue"); /* any MPI */
             memcpy(&fn, &sym, sizeof fn); /* object to function pointer, as POSIX allows */
             dlclose(self);
         }

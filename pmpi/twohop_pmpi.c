@@ -45,6 +45,7 @@ static int oversubscribed;     /* more processes on this node than online CPUs: 
 static uint64_t host_key, job_key;
 static int keyval = MPI_KEYVAL_INVALID;
 static unsigned long long served_calls, fallback_calls;
+static struct twohop_rc_report *rc_report; /* port counters at MPI_Init (TWOHOP_RC_REPORT=1) */
 
 /* One communicator's twohop state: the value of the attribute `keyval`. */
 typedef struct pmpi_state {
@@ -206,11 +207,12 @@ static void pmpi_start(void) {
     /* The node: ranks sharing memory per the MPI; its key mixes the host name and the
      * MPI_COMM_WORLD rank of the node's first process. */
     MPI_Comm node = MPI_COMM_NULL;
-    int leader = world_rank, node_procs = 1;
+    int leader = world_rank, node_procs = 1, node_rank = 0;
     if (PMPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) ==
         MPI_SUCCESS) {
         PMPI_Allreduce(&world_rank, &leader, 1, MPI_INT, MPI_MIN, node);
         PMPI_Comm_size(node, &node_procs);
+        PMPI_Comm_rank(node, &node_rank);
         PMPI_Comm_free(&node);
     }
     char host[256] = "";
@@ -241,6 +243,8 @@ static void pmpi_start(void) {
         world_rank == 0) {
         fprintf(stderr, "twohop: %s; multi-node communicators will fall back\n", rcerr);
     }
+    /* The first process of each node snapshots the InfiniBand port counters for the report. */
+    if (enabled && params.rc_report && node_rank == 0) rc_report = twohop_rc_report_begin(NULL, NULL);
     twohop_core_quiet_signals();
     char why[256] = "";
     if (enabled && !twohop_memory_kinds_init(params.test_poisoned_memory, why, sizeof(why))) {
@@ -279,6 +283,10 @@ EXPORT int MPI_Finalize(void) {
         }
         pthread_mutex_unlock(&states_lock);
         twohop_core_finalize();
+        if (rc_report) {
+            (void)twohop_rc_report_end(rc_report, stdout);
+            rc_report = NULL;
+        }
         if (params.verbose >= 1) {
             char msg[160];
             snprintf(msg, sizeof(msg), "served %llu, fell back %llu MPI_Allreduce calls",
