@@ -12,6 +12,8 @@
 #                with any MPI: coll_twohop_<name> settings (-m, -v) become TWOHOP_<NAME>
 #                environment variables; other -m settings pass to Open MPI's mpirun as --mca
 #                and are dropped (with a note) under MPICH's mpiexec
+#                mpi: the MPI's own allreduce, nothing of twohop loaded (baselines for
+#                other MPIs; under Open MPI the same as tuned)
 #   -l LAUNCHER  the MPI's launcher (default mpirun): Open MPI's mpirun, or MPICH's Hydra
 #                mpiexec (e.g. mpiexec.mpich; told apart by its --version)
 #   -b DIR       meson build directory holding coll/mca_coll_twohop.so (default: ./build)
@@ -78,15 +80,20 @@ twohop)
     sel=(--mca coll twohop,tuned,basic,libnbc,self --mca mca_base_component_path "$path")
     [[ -n $vnodes ]] && sel+=(--mca coll_twohop_virtual_nodes "$vnodes")
     ;;
-pmpi)
+pmpi | mpi)
     so="$build/pmpi/libtwohop_pmpi.so"
-    [[ -f $so ]] || { echo "run_mpi.sh: $so not found" >&2; exit 2; }
-    envs=(LD_PRELOAD "$(cd "$(dirname "$so")" && pwd)/$(basename "$so")")
-    [[ -n $vnodes ]] && envs+=(TWOHOP_VIRTUAL_NODES "$vnodes")
+    envs=()
+    if [[ $coll == pmpi ]]; then
+        [[ -f $so ]] || { echo "run_mpi.sh: $so not found" >&2; exit 2; }
+        envs=(LD_PRELOAD "$(cd "$(dirname "$so")" && pwd)/$(basename "$so")")
+    fi
+    [[ -n $vnodes && $coll == pmpi ]] && envs+=(TWOHOP_VIRTUAL_NODES "$vnodes")
     other=()
     for kv in ${mraw[@]+"${mraw[@]}"}; do
         name=${kv%%=*}
-        if [[ $name == coll_twohop_* ]]; then
+        if [[ $name == coll_twohop_* && $coll == mpi ]]; then
+            continue
+        elif [[ $name == coll_twohop_* ]]; then
             var=${name#coll_twohop_}
             envs+=("TWOHOP_${var^^}" "${kv#*=}")
         else
@@ -112,7 +119,7 @@ han) sel=(--mca coll han,tuned,basic,libnbc,self --mca coll_han_priority 100) ;;
 *) echo "run_mpi.sh: unknown coll '$coll'" >&2; exit 2 ;;
 esac
 
-if [[ $coll != pmpi ]]; then
+if [[ $coll != pmpi && $coll != mpi ]]; then
     cmd=("$launcher" --oversubscribe --bind-to none -np "$np" "${sel[@]}" ${mca[@]+"${mca[@]}"} "$@")
 fi
 echo "+ ${cmd[*]}" >&2

@@ -12,12 +12,21 @@
 #   BUILD_DIR=build      Meson build directory
 #   TIMEOUT=900          outer watchdog per run, seconds
 #   KEEP=DIR             keep the raw benchmark outputs in DIR
+#   MPI_STACK=mpich      MPICH instead of Open MPI (BUILD_DIR built with -Dmpi=mpich): twohop is
+#                        the PMPI library under mpiexec.mpich, the second column MPICH's own
+#                        allreduce, no han column
 # speedup = other latency / twohop latency (> 1: twohop is faster).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 np=${NP:-4} sizes=${SIZES:-8:16777216} dtype=${TYPE:-mpi_float} build=${BUILD_DIR:-build}
-vnodes=${VNODES-block:2} tmo=${TIMEOUT:-900}
+vnodes=${VNODES-block:2} tmo=${TIMEOUT:-900} stack=${MPI_STACK:-ompi}
+# Per stack: the launcher option and the run_mpi.sh modes of twohop and of the baselines.
+if [[ $stack == mpich ]]; then
+    launch=(-l mpiexec.mpich) c_twohop=pmpi c_base=mpi base_name=mpich
+else
+    launch=() c_twohop=twohop c_base=tuned base_name=tuned
+fi
 bench=$build/mpi_tests/twohop_osu_allreduce
 [[ -x $bench ]] || { echo "bench_table.sh: $bench not built (run scripts/setup.sh)" >&2; exit 1; }
 out=${KEEP:-$(mktemp -d)}
@@ -34,21 +43,22 @@ run_one() {
     local extra=()
     [[ -n $vn ]] && extra=(-v "$vn")
     echo "bench_table.sh: $label (np=$np)..." >&2
-    if ! bash mpi_tests/run_mpi.sh -n "$np" -c "$coll" -b "$build" -t "$tmo" "${extra[@]}" -- \
+    if ! bash mpi_tests/run_mpi.sh -n "$np" -c "$coll" ${launch[@]+"${launch[@]}"} -b "$build" \
+        -t "$tmo" ${extra[@]+"${extra[@]}"} -- \
         "$bench" "${bargs[@]}" >"$out/$label.txt" 2>"$out/$label.err"; then
         echo "bench_table.sh: $label failed (see below); its column shows n/a" >&2
         tail -5 "$out/$label.err" >&2
     fi
 }
 
-run_one twohop twohop
-run_one tuned tuned
-run_one han han
-[[ -n $vnodes ]] && run_one twohop_vn twohop "$vnodes"
+run_one twohop "$c_twohop"
+run_one tuned "$c_base"
+if [[ $stack == mpich ]]; then : >"$out/han.txt"; else run_one han han; fi
+[[ -n $vnodes ]] && run_one twohop_vn "$c_twohop" "$vnodes"
 [[ -n $vnodes ]] || : >"$out/twohop_vn.txt"
 # The memory-traffic bound, measured now: every rank copies n bytes at once (2·p·n bytes).
 echo "bench_table.sh: copy bound (np=$np)..." >&2
-bash mpi_tests/run_mpi.sh -n "$np" -c tuned -b "$build" -t "$tmo" -- \
+bash mpi_tests/run_mpi.sh -n "$np" -c "$c_base" ${launch[@]+"${launch[@]}"} -b "$build" -t "$tmo" -- \
     "$build/mpi_tests/copy_bandwidth" -m "$sizes" >"$out/copy.txt" 2>"$out/copy.err" ||
     : >"$out/copy.txt"
 
@@ -57,7 +67,7 @@ for label in twohop twohop_vn; do
 done
 echo "# np=$np type=$dtype sizes=$sizes; latency in us (avg over ranks);" \
      "speedup = other / twohop; busbw in GB/s"
-awk -v vn="$vnodes" '
+awk -v vn="$vnodes" -v base="$base_name" '
     # Benchmark rows: size avg min max iterations busbw (comment lines start with #).
     # Column by file name (an empty file, e.g. no virtual-node run, has no first record).
     FNR == 1 {
@@ -86,7 +96,7 @@ awk -v vn="$vnodes" '
     }
     END {
         printf "%-10s %12s %12s %12s %14s %12s %12s %13s %10s %9s\n", "size(B)", "twohop_us",
-               "tuned_us", "han_us", "twohop_vn_us", "x_vs_tuned", "x_vs_han", "twohop_busbw",
+               base "_us", "han_us", "twohop_vn_us", "x_vs_" base, "x_vs_han", "twohop_busbw",
                "bound_us", "of_bound"
         for (i = 1; i <= n; i++) {
             s = order[i]
