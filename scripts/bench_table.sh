@@ -67,7 +67,7 @@ for label in twohop twohop_vn; do
 done
 echo "# np=$np type=$dtype sizes=$sizes; latency in us (avg over ranks);" \
      "speedup = other / twohop; busbw in GB/s"
-awk -v vn="$vnodes" -v base="$base_name" '
+awk -v vn="$vnodes" -v bname="$base_name" '
     # Benchmark rows: size avg min max iterations busbw (comment lines start with #).
     # Column by file name (an empty file, e.g. no virtual-node run, has no first record).
     FNR == 1 {
@@ -96,7 +96,7 @@ awk -v vn="$vnodes" -v base="$base_name" '
     }
     END {
         printf "%-10s %12s %12s %12s %14s %12s %12s %13s %10s %9s\n", "size(B)", "twohop_us",
-               base "_us", "han_us", "twohop_vn_us", "x_vs_" base, "x_vs_han", "twohop_busbw",
+               bname "_us", "han_us", "twohop_vn_us", "x_vs_" bname, "x_vs_han", "twohop_busbw",
                "bound_us", "of_bound"
         for (i = 1; i <= n; i++) {
             s = order[i]
