@@ -12,6 +12,7 @@
 #   TWOHOP_OMPI5_ROOT=/var/tmp/twohop-trixie   the chroot
 #   DEBIAN_MIRROR=http://deb.debian.org/debian
 #   TESTS="unit portable"                      "unit" and/or "portable"; empty: build only
+# shellcheck disable=SC2016,SC2317 # '${Version}' is dpkg-query's format; cleanup runs from the trap
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 repo=$(pwd)
@@ -30,6 +31,8 @@ src=/src/twohop
 build=/src/build-ompi5
 
 [[ $(id -u) -eq 0 ]] || { echo "ompi5.sh: must run as root (debootstrap, chroot)" >&2; exit 1; }
+# No stale results: the log is there only when this run's tests ran.
+rm -f "$repo/build-ompi5/meson-logs/testlog.json" "$repo/build-ompi5/meson-logs/testlog.txt"
 
 t0=$SECONDS tphase=$SECONDS phase_name=''
 timings=()
