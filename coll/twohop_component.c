@@ -41,6 +41,16 @@
 #include "rc_settings.h"
 #include "twohop_core.h"
 
+/*
+ * Open MPI 4.1 and 5.0 (docs/stacks/ompi5.md). The one difference the adapter selects here:
+ * the coll framework's version (5.0's 2.4.0 module drops ft_event and adds coll_agree/iagree;
+ * twohop sets none of them). Everything else it uses is the same in both -- the allreduce
+ * signature, the coll_allreduce/coll_allreduce_module pair, coll_base_comm_select (module_enable
+ * runs before the module's functions are copied in, so c_coll still holds the previous
+ * allreduce), MCA variables and pvars, datatypes, convertor, PML and requests -- except
+ * ompi_comm_get_cid(), gone in 5.0 and no longer used (comm_label()).
+ * Building against 5.0 needs <pmix.h> and headers packages lack (meson.build).
+ */
 #if OMPI_MAJOR_VERSION >= 5
 #define TWOHOP_COLL_VERSION MCA_COLL_BASE_VERSION_2_4_0
 #else
@@ -616,6 +626,21 @@ static uint64_t fnv1a(const char *s) {
     return h;
 }
 
+/*
+ * "comm NAME", with twohop's communicator id once set up (twohop_comm_id: agreed by the ranks,
+ * so the same in every rank's messages). Open MPI's own id is not used: 4.1's
+ * ompi_comm_get_cid() is gone in 5.0, whose ompi_comm_get_local_cid() differs between ranks.
+ */
+static const char *comm_label(const twohop_module *m, char *buf, size_t len) {
+    if (m->core) {
+        snprintf(buf, len, "comm %s (twohop id %u)", m->comm->c_name,
+                 (unsigned)twohop_comm_id(m->core));
+    } else {
+        snprintf(buf, len, "comm %s", m->comm->c_name);
+    }
+    return buf;
+}
+
 /* Resource-caused fallbacks are printed once per process at the default verbosity. */
 static int resource_warned;
 
@@ -647,8 +672,9 @@ static int setup(twohop_module *m) {
         m->setup_state = 1;
     } else if (rc == TWOHOP_ERR_MISMATCH || rc == TWOHOP_ERR_TIMEOUT || rc == TWOHOP_ERR_HOST) {
         m->setup_state = -2;
-        opal_output(0, "coll:twohop: comm %s (cid %u): set-up failed: %s", m->comm->c_name,
-                    ompi_comm_get_cid(m->comm), m->setup_failure);
+        char label[MPI_MAX_OBJECT_NAME + 32];
+        opal_output(0, "coll:twohop: %s: set-up failed: %s",
+                    comm_label(m, label, sizeof(label)), m->setup_failure);
     } else {
         m->setup_state = -1;
         if (resource && !__atomic_exchange_n(&resource_warned, 1, __ATOMIC_RELAXED)) {
@@ -656,9 +682,9 @@ static int setup(twohop_module *m) {
                         "(its allreduce falls back to the previous component; further notices "
                         "at coll_twohop_verbose 1)", m->comm->c_name, m->setup_failure);
         } else {
-            opal_output_verbose(1, output_stream,
-                                "coll:twohop: comm %s (cid %u): set-up failed: %s",
-                                m->comm->c_name, ompi_comm_get_cid(m->comm), m->setup_failure);
+            char label[MPI_MAX_OBJECT_NAME + 32];
+            opal_output_verbose(1, output_stream, "coll:twohop: %s: set-up failed: %s",
+                                comm_label(m, label, sizeof(label)), m->setup_failure);
         }
     }
     return rc;
@@ -684,9 +710,9 @@ static int fallback(twohop_module *m, const char *why, const void *sbuf, void *r
                     ompi_datatype_t *dtype, ompi_op_t *op, int kin, int kout) {
     const bool staged = kin != TWOHOP_KIND_HOST || kout != TWOHOP_KIND_HOST;
     if (why != m->last_reason) {
-        opal_output_verbose(1, output_stream,
-                            "coll:twohop: comm %s (cid %u): allreduce falls back%s: %s",
-                            m->comm->c_name, ompi_comm_get_cid(m->comm),
+        char label[MPI_MAX_OBJECT_NAME + 32];
+        opal_output_verbose(1, output_stream, "coll:twohop: %s: allreduce falls back%s: %s",
+                            comm_label(m, label, sizeof(label)),
                             staged ? " (buffers staged through host memory)" : "", why);
         m->last_reason = why;
     }
@@ -834,8 +860,9 @@ static int allreduce_impl(const void *sbuf, void *rbuf, int count, ompi_datatype
     __atomic_add_fetch(&served_calls, 1, __ATOMIC_RELAXED);
     if (rc != TWOHOP_OK && !m->error_reported) {
         m->error_reported = 1;
-        opal_output(0, "coll:twohop: comm %s (cid %u): allreduce failed: %s", m->comm->c_name,
-                    ompi_comm_get_cid(m->comm), fail_why);
+        char label[MPI_MAX_OBJECT_NAME + 32];
+        opal_output(0, "coll:twohop: %s: allreduce failed: %s",
+                    comm_label(m, label, sizeof(label)), fail_why);
     }
     return to_mpi_error(rc);
 }
