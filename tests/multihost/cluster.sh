@@ -14,6 +14,8 @@
 #        cluster.sh link down|up         switch node 2's link (SIGUSR1/SIGUSR2 to the relay)
 #        cluster.sh leftovers            list files in the nodes' /dev/shm and /tmp and processes
 #                                        in the nodes; exit 1 if there is any
+#        cluster.sh scrub                kill every process in the nodes and empty their /dev/shm
+#                                        and /tmp (the cluster stays up)
 # Needs root. State lives in /run/thmh (a tmpfs, removed by `down`), /run/netns/thmh-* and
 # /etc/netns/thmh-* (per-node /etc/hosts, bind-mounted by `ip netns exec`).
 set -uo pipefail
@@ -128,6 +130,19 @@ leftovers() { # [shm]: /dev/shm and processes only (not TMPDIR, where a killed m
     return $bad
 }
 
+scrub() {
+    local n p
+    for n in "${NODES[@]}"; do
+        p=$(ip netns pids "$n" 2>/dev/null)
+        [[ -n $p ]] && kill -9 $p 2>/dev/null
+    done
+    sleep 0.3
+    for n in "${NODES[@]}"; do
+        find "$ROOT/$n/shm" "$ROOT/$n/tmp" -mindepth 1 -delete 2>/dev/null
+    done
+    return 0
+}
+
 [[ $(id -u) -eq 0 ]] || die "needs root"
 cmd=${1:-}
 shift || true
@@ -136,5 +151,6 @@ up) up "$@" ;;
 down) down ;;
 link) link "${1:-}" ;;
 leftovers) leftovers "${1:-}" ;;
-*) sed -n '2,19p' "$0"; exit 2 ;;
+scrub) scrub ;;
+*) sed -n '2,21p' "$0"; exit 2 ;;
 esac
