@@ -3,13 +3,18 @@
 # the device-buffer checks and the device benchmark, and print the tables last.
 #
 # usage (on the GPU machine, from the repository root):
-#   bash scripts/gpu_check.sh [quick|vnodes|enqueue]
+#   bash scripts/gpu_check.sh [quick|vnodes|enqueue|posted|scale|mpich]
 #   quick: checks only, no benchmark.
 #   enqueue: only the stream-ordered extension's checks (include/twohop.h).
 #   posted: only the GPU-posted mode's checks and benchmark (two virtual nodes).
 #   scale: only hop 2 at scale (8 B latency on 2..16 virtual nodes, set-up cost).
 #   vnodes: only the two-virtual-node checks and benchmarks (hop 1 and 3 on the GPU, hop 2 on
 #           the host), with the references they are compared with.
+#   mpich: MPICH instead of Open MPI, host buffers: build the PMPI library against Debian 12's
+#          MPICH 4.0.2, run the 'portable' suite and the host table (scripts/bench_table.sh) at
+#          the rank counts in MPICH_NPS (default "8 16"). The machine has no MPICH: carry
+#          .debs/mpich, made with `mkdir -p .debs/mpich && (cd .debs/mpich && apt-get download
+#          mpich libmpich12 libmpich-dev libslurm38)` (Hydra links libslurm.so.38).
 # Needs UCX headers and nlohmann-json, which that machine lacks: on a Debian/Ubuntu machine
 # with network, `mkdir -p .debs && (cd .debs && apt-get download libucx-dev nlohmann-json3-dev)`
 # and carry the .debs folder (ignored by git). They are unpacked under /tmp, never into /.
@@ -23,6 +28,8 @@ mkdir -p "$out"
 build=/tmp/build-gpu
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PATH=/usr/local/cuda/bin:$PATH
 
+mode=${1:-full}
+
 # --- headers carried as packages
 if [[ -d .debs ]]; then
     root=/tmp/debs
@@ -34,6 +41,38 @@ if [[ -d .debs ]]; then
         [[ -e /usr/lib/x86_64-linux-gnu/lib$l.so.0 ]] && ln -sf /usr/lib/x86_64-linux-gnu/lib$l.so.0 "$lib/lib$l.so"
     done
     export PKG_CONFIG_PATH=$lib/pkgconfig:$root/usr/share/pkgconfig
+fi
+
+# --- mode mpich: the host table on MPICH (PMPI library) instead of Open MPI. The machine has no
+# MPICH: Debian 12's packages are carried in .debs/mpich (see the header) and unpacked under
+# /tmp, the launcher and libmpich.so.12 taken from there, UCX from the system.
+if [[ $mode == mpich ]]; then
+    mroot=/tmp/mpich-root
+    ls .debs/mpich/*.deb >/dev/null 2>&1 || { echo "gpu_check: no .debs/mpich/*.deb carried"; exit 1; }
+    for f in .debs/mpich/*.deb; do dpkg -x "$f" $mroot; done
+    sed -i "s|=/usr|=$mroot/usr|" $mroot/usr/lib/x86_64-linux-gnu/pkgconfig/mpich.pc
+    export PATH=$mroot/usr/bin:$PATH LD_LIBRARY_PATH=$mroot/usr/lib/x86_64-linux-gnu
+    export PKG_CONFIG_PATH=$mroot/usr/lib/x86_64-linux-gnu/pkgconfig:${PKG_CONFIG_PATH:-}
+    mbuild=/tmp/build-mpich
+    mpichversion | head -2 | tee "$out/mpich_version.txt"
+    if ! { meson setup "$mbuild" -Dmpi=mpich -Dwerror_ci=true >"$out/setup_mpich.log" 2>&1 &&
+           meson compile -C "$mbuild" >"$out/compile_mpich.log" 2>&1; }; then
+        tail -n 30 "$out/setup_mpich.log" "$out/compile_mpich.log"
+        echo "gpu_check: MPICH BUILD FAILED"
+        exit 1
+    fi
+    status=0
+    meson test -C "$mbuild" --suite portable --num-processes 4 >"$out/portable_mpich.log" 2>&1 || status=1
+    grep -E "^(Ok|Fail|Timeout|Expected Fail|Skipped):" "$out/portable_mpich.log"
+    grep -E " (FAIL|TIMEOUT) " "$out/portable_mpich.log" | head
+    for np in ${MPICH_NPS:-8 16}; do
+        NP=$np MPI_STACK=mpich BUILD_DIR=$mbuild TIMEOUT=300 KEEP="$out/bench_mpich_np$np" \
+            bash scripts/bench_table.sh >"$out/table_mpich_np$np.txt" 2>"$out/table_mpich_np$np.err" ||
+            status=1
+        echo "== MPICH 4.0.2, $np ranks, one node (host buffers)"
+        cat "$out/table_mpich_np$np.txt"
+    done
+    exit $status
 fi
 
 # --- build
@@ -88,7 +127,6 @@ if meson test -C "$build" --list 2>/dev/null | grep -qx unit; then
 else
     summary+=("SKIP unit (no GoogleTest found)")
 fi
-mode=${1:-full}
 if [[ $mode == full || $mode == quick ]]; then
 check np2_one_gpu 2 "" 0 --expect-gpu
 check np4_one_gpu 4 "" 0 --expect-gpu
