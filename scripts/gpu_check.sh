@@ -51,6 +51,10 @@ if [[ $mode == mpich ]]; then
     ls .debs/mpich/*.deb >/dev/null 2>&1 || { echo "gpu_check: no .debs/mpich/*.deb carried"; exit 1; }
     for f in .debs/mpich/*.deb; do dpkg -x "$f" $mroot; done
     sed -i "s|=/usr|=$mroot/usr|" $mroot/usr/lib/x86_64-linux-gnu/pkgconfig/mpich.pc
+    # mpich.pc links -lucp -lucs from its own libdir: the system's UCX runtime there.
+    for l in ucp ucs; do
+        ln -sf /usr/lib/x86_64-linux-gnu/lib$l.so.0 $mroot/usr/lib/x86_64-linux-gnu/lib$l.so
+    done
     export PATH=$mroot/usr/bin:$PATH LD_LIBRARY_PATH=$mroot/usr/lib/x86_64-linux-gnu
     export PKG_CONFIG_PATH=$mroot/usr/lib/x86_64-linux-gnu/pkgconfig:${PKG_CONFIG_PATH:-}
     mbuild=/tmp/build-mpich
