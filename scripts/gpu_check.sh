@@ -3,13 +3,15 @@
 # the device-buffer checks and the device benchmark, and print the tables last.
 #
 # usage (on the GPU machine, from the repository root):
-#   bash scripts/gpu_check.sh [quick|vnodes|enqueue|posted|scale|mpich]
+#   bash scripts/gpu_check.sh [quick|vnodes|enqueue|posted|scale|host|mpich]
 #   quick: checks only, no benchmark.
 #   enqueue: only the stream-ordered extension's checks (include/twohop.h).
 #   posted: only the GPU-posted mode's checks and benchmark (two virtual nodes).
 #   scale: only hop 2 at scale (8 B latency on 2..16 virtual nodes, set-up cost).
 #   vnodes: only the two-virtual-node checks and benchmarks (hop 1 and 3 on the GPU, hop 2 on
 #           the host), with the references they are compared with.
+#   host: the host-memory table (scripts/bench_table.sh: twohop, tuned, han, two virtual nodes,
+#         copy bound) at 8 and 16 ranks, as docs/perf.md's 16-core section.
 #   mpich: MPICH instead of Open MPI, host buffers: build the PMPI library against Debian 12's
 #          MPICH 4.0.2, run the 'portable' suite and the host table (scripts/bench_table.sh) at
 #          the rank counts in MPICH_NPS (default "8 16"). The machine has no MPICH: carry
@@ -176,7 +178,7 @@ enq() { # enq NAME NP VNODES GPUS [ARGS]
         grep -E "FAIL|error|signal" "$out/enqueue_$name.log" | head -5
     fi
 }
-if [[ $mode != vnodes && $mode != posted && $mode != scale ]]; then
+if [[ $mode != vnodes && $mode != posted && $mode != scale && $mode != host ]]; then
     # The README's example, as a user would run it.
     if run 4 "" 0 -- "$build/mpi_tests/allreduce_enqueue" >"$out/example_enqueue.log" 2>&1 &&
         grep -q "rc 0, grad\[0\] = 6 (expected 6)" "$out/example_enqueue.log"; then
@@ -209,11 +211,11 @@ if [[ $mode == vnodes ]]; then
     check np4_rr2_one_gpu 4 rr:2 0
 fi
 # Two virtual nodes of two ranks on one GPU: hop 1 on the GPU, hop 2 on the host.
-if [[ $mode != enqueue && $mode != posted && $mode != scale ]] && run 4 rr:2 0 -- "$build/mpi_tests/twohop_osu_allreduce" -d cuda -c -f --expect-twohop \
+if [[ $mode != enqueue && $mode != posted && $mode != scale && $mode != host ]] && run 4 rr:2 0 -- "$build/mpi_tests/twohop_osu_allreduce" -d cuda -c -f --expect-twohop \
     -T mpi_float -m 8:67108864 -i 10 -x 3 >"$out/osu_np4_rr2_one_gpu.txt" 2>&1 &&
     grep -q "GPU hop 1 [1-9]" "$out/osu_np4_rr2_one_gpu.txt"; then
     summary+=("PASS osu -d cuda -c np4_rr2_one_gpu (hop 1 on the GPU)")
-elif [[ $mode != enqueue && $mode != posted && $mode != scale ]]; then
+elif [[ $mode != enqueue && $mode != posted && $mode != scale && $mode != host ]]; then
     summary+=("FAIL osu -d cuda -c np4_rr2_one_gpu")
     status=1
 fi
@@ -336,6 +338,16 @@ if [[ $mode == full || $mode == scale ]]; then
     bash mpi_tests/run_mpi.sh -c tuned -n 16 -b "$build" -t 120 -- "$build/mpi_tests/setup_cost" -r 30 \
         >"$out/setup_tuned_np16.txt" 2>&1
     summary+=("tuned $(grep -m1 '^setup_cost' "$out/setup_tuned_np16.txt")")
+fi
+
+# Host buffers on the 16-core machine: the table of docs/perf.md's 16-core section.
+if [[ $mode == host ]]; then
+    for np in 8 16; do
+        NP=$np BUILD_DIR=$build TIMEOUT=300 KEEP="$out/bench_host_np$np" \
+            bash scripts/bench_table.sh >"$out/table_host_np$np.txt" 2>"$out/table_host_np$np.err" ||
+            status=1
+        summary+=("== host buffers, $np ranks, one node ($(ompi_info --version 2>/dev/null | head -1))" "$(cat "$out/table_host_np$np.txt")")
+    done
 fi
 
 echo "================ gpu_check summary"
