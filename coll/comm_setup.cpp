@@ -496,6 +496,7 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
         f.done.store(seq_base, std::memory_order_release);
         f.ready.store(seq_base, std::memory_order_release);
         f.vote.store(seq_base << 1, std::memory_order_release);
+        f.desc_seq.store(seq_base, std::memory_order_release);
     }
 
     // 7. Rails.

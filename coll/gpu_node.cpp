@@ -265,7 +265,7 @@ extern "C" const unsigned long long *twohop_gpu_calls_counter(void) {
 namespace {
 
 /*
- * Round 2 of the decision: with every local rank's descriptor published (arrived = s), copies
+ * Round 2 of the decision: with every local rank's descriptor published (desc_seq = s), copies
  * them into peer[], checks that this rank's GPU reaches every peer's, publishes the vote and
  * waits for every vote. *all: every rank can; *one_device: every buffer is on `device`.
  */
@@ -312,24 +312,37 @@ int vote_round(twohop_comm *c, const GpuDesc &d, int device, uint64_t s, GpuDesc
 }
 
 /*
+ * A round that does not end in the node's GPU path gives its sequence number back: the host
+ * path that follows runs the call with the same s, so a declined round costs no sequence
+ * number (the round uses its own words, desc_seq and vote; the host path arrived, bytes and
+ * done). Every local rank declines alike (the decision is the node's), and every node gives it
+ * back (a multi-node round never runs the call itself), so sequence numbers stay the same on
+ * every rank of the communicator. Measured on the 16-core machine (8 B, host buffers, 8 | 16
+ * ranks, one lease): 2.1-2.5 | 3.6-4.1 us when each round consumed a number (the latency
+ * path then always landed on the same buffer set, so its set-free wait became a barrier on the
+ * previous call), 1.5-1.8 | 2.5-2.9 us without the round at all.
+ */
+int decline(twohop_comm *c, uint64_t s) {
+    c->seq = s - 1;
+    return TWOHOP_OK;
+}
+
+/*
  * A rank that cannot take the GPU path (host buffers, most often) knows the node's decision
  * without reading anyone's round: the path is the GPU's only when every vote is yes. It
  * publishes its "no" and goes on to the host path at once, so a host-buffer call costs no
  * extra synchronisation of the node. Ranks that voted yes read this vote in vote_round
- * (no rank can finish the host path of call s, and so overwrite its round-s flags, before
+ * (no rank can finish the host path of call s, and so overwrite its round-s words, before
  * every local rank has entered it, i.e. has read every vote of call s). A size mismatch is then
  * seen by the yes-voters only; they fail the call and this rank sees their failure flags.
  * Such a rank also skips the wait for its peers' `done` of call s - depth: its descriptor
  * was last read in an earlier round, which every peer left before that call could end, and
- * the host path waits for `done` itself before it writes a slot. Measured on the 16-core
- * machine (8 B, host buffers, 8 | 16 ranks): 2.7-3.4 | 5.1-5.8 us with every rank waiting for
- * every vote, against 1.3-1.9 | 2.3-2.9 us before the GPU rounds existed.
+ * the host path waits for `done` itself before it writes a slot.
  */
 int vote_no(twohop_comm *c, uint64_t s) {
     RankFlags &mine = c->shm.flags(c->topo.local_rank);
     mine.vote.store(s << 1, std::memory_order_release);
-    mine.done.store(s, std::memory_order_release);
-    return TWOHOP_OK;
+    return decline(c, s);
 }
 
 /*
@@ -386,7 +399,7 @@ int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_us
     d.item_bytes = red.item_bytes;
     if (!d.can) { // no wait for the node: see vote_no
         std::memcpy(c->shm.desc(me), &d, sizeof(d));
-        mine.arrived.store(s, std::memory_order_release);
+        mine.desc_seq.store(s, std::memory_order_release);
         return vote_no(c, s);
     }
     // Peers' kernels of earlier calls may still read my staging buffers.
@@ -397,18 +410,15 @@ int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_us
     if (d.can && !cuda::sync_input(device)) d.can = 0;
     if (d.can && stage_in && !cuda::copy(send_stage, in.device, bytes)) d.can = 0;
     std::memcpy(c->shm.desc(me), &d, sizeof(d));
-    mine.arrived.store(s, std::memory_order_release);
+    mine.desc_seq.store(s, std::memory_order_release);
     if (!d.can) return vote_no(c, s);
-    if ((rc = c->wait_all(&RankFlags::arrived, s)) != TWOHOP_OK) return rc;
+    if ((rc = c->wait_all(&RankFlags::desc_seq, s)) != TWOHOP_OK) return rc;
 
     // Round 2: can I reach every peer's GPU, and can every peer?
     GpuDesc peer[TWOHOP_GPU_MAX_RANKS];
     bool one_device = true, all = true;
     if ((rc = vote_round(c, d, device, s, peer, &one_device, &all)) != TWOHOP_OK) return rc;
-    if (!all) { // everyone takes the host path; this seq is spent
-        mine.done.store(s, std::memory_order_release);
-        return TWOHOP_OK;
-    }
+    if (!all) return decline(c, s); // everyone takes the host path
 
     if (c->topo.n_nodes() > 1) { // hop 1 and hop 3 only: the pipeline enqueues them per segment (gpu_hop1_post, gpu_hop3_post)
         GpuHop1 &h = c->gpu_hop1;
@@ -427,8 +437,7 @@ int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_us
         h.device = device;
         h.one_device = one_device;
         h.active = true;
-        mine.done.store(s, std::memory_order_release);
-        return TWOHOP_OK;
+        return decline(c, s); // the pipeline runs the call, from this seq on
     }
 
     // The GPU path: my shard of the message, from every input into every output.
@@ -751,20 +760,19 @@ int gpu_node_enqueue(twohop_comm *c, const twohop_userbuf &in, const twohop_user
     char *send_stage = static_cast<char *>(c->gpu_staging[d.in_place ? 1 : 0].ptr);
     char *recv_stage = static_cast<char *>(c->gpu_staging[1].ptr);
     std::memcpy(c->shm.desc(me), &d, sizeof(d));
-    mine.arrived.store(s, std::memory_order_release);
+    mine.desc_seq.store(s, std::memory_order_release);
     int rc;
     if (!d.can) { // the host path, blocking: my GPU must not write my flags after the host does
         if ((rc = gpu_enqueue_drain(c)) != TWOHOP_OK) return rc;
         return vote_no(c, s);
     }
-    if ((rc = c->wait_all(&RankFlags::arrived, s)) != TWOHOP_OK) return rc;
+    if ((rc = c->wait_all(&RankFlags::desc_seq, s)) != TWOHOP_OK) return rc;
     GpuDesc peer[TWOHOP_GPU_MAX_RANKS];
     bool one_device = true, all = true;
     if ((rc = vote_round(c, d, device, s, peer, &one_device, &all)) != TWOHOP_OK) return rc;
     if (!all) { // the host path, blocking: my GPU must not write my flags after the host does
         if ((rc = gpu_enqueue_drain(c)) != TWOHOP_OK) return rc;
-        mine.done.store(s, std::memory_order_release);
-        return TWOHOP_OK;
+        return decline(c, s);
     }
     twohop_gpu_args a;
     rc = shard_args(c, peer, device, one_device, stage_in ? send_stage : in.device,

@@ -6,9 +6,12 @@
  *
  * Whether a call takes it is decided per call by the node's ranks together, never by one rank:
  *   round 1  each rank publishes a descriptor (can I: device buffers in the canonical layout,
- *            a GPU kernel for the (type, op), IPC handles, my GPU's PCI id) and arrived = s
+ *            a GPU kernel for the (type, op), IPC handles, my GPU's PCI id) and desc_seq = s
  *   round 2  each rank checks it can reach every peer's GPU and publishes its vote
  *   decision GPU path iff every vote is yes; otherwise every rank takes the host path.
+ * A rank that cannot publishes its "no" in round 1 and goes on without waiting. A round that
+ * does not end in the node's GPU path gives its sequence number back: the host path (or the
+ * pipeline, with hop 1 on the GPU) runs the call with the same number.
  * Only communicators whose ranks all agreed at set-up that they have the driver and the
  * kernels, on one node, run the rounds (identical on every rank).
  */

@@ -41,6 +41,7 @@ struct alignas(128) RankFlags {
                                     // (written by my GPU stream, not by the host)
     std::atomic<uint64_t> failed_seq; // first sequence number of the call that failed (written
                                       // before `failed`): peers still in an earlier call finish it
+    std::atomic<uint64_t> desc_seq;   // GPU round `seq`: my descriptor is published
 };
 static_assert(sizeof(RankFlags) == 128, "one flag line per rank");
 
