@@ -36,6 +36,7 @@ struct GpuDesc {
     } send, recv;
     int64_t pid;
     uint64_t msg_bytes, item_bytes; // the call's size: every local rank must pass the same
+    uint32_t enqueue;   // called as twohop_allreduce_enqueue (1) or MPI_Allreduce (0)
 };
 static_assert(sizeof(GpuDesc) <= twohop::ShmLayout::kDescBytes, "descriptor block");
 
@@ -124,6 +125,10 @@ void describe(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &ou
         GpuHop1 &h = c->gpu_hop1;
         char *base = c->shm.desc(0) - c->shm.layout().desc_offset(0);
         if (h.reg_device != *device) {
+            // A stream-ordered call of this rank may still wait on and write the flags
+            // through the old registration: decline this call (the caller drains the stream
+            // before it goes on) rather than drop the registration under it.
+            if (h.enq_pending) return;
             if (h.shm_host) cuda::host_unregister(h.reg_device, h.shm_host);
             h.shm_host = base;
             h.reg_bytes = c->shm.layout().total_bytes();
@@ -285,6 +290,19 @@ int vote_round(twohop_comm *c, const GpuDesc &d, int device, uint64_t s, GpuDesc
     for (int l = 0; ok && l < L; ++l) {
         if (!peer[l].can) {
             ok = false;
+            break;
+        }
+        // Both forms in one call: the blocking GPU path would read a stream-ordered rank's
+        // input before its stream produced it, and never write the flags that stream waits
+        // for. Every rank sees the same descriptors, so all vote no: the host path.
+        if (peer[l].enqueue != d.enqueue) {
+            ok = false;
+            if (!c->gpu_decline_logged) {
+                c->gpu_decline_logged = true;
+                c->host.log(1, "GPU path not taken: local ranks called this allreduce in "
+                               "different forms (twohop_allreduce_enqueue and MPI_Allreduce); "
+                               "it runs on the host");
+            }
             break;
         }
         const int dev = cuda::device_by_pci(peer[l].pci);
@@ -734,8 +752,14 @@ int gpu_enqueue_drain(twohop_comm *c) {
         return rc;
     }
     h.enq_pending = false;
-    if (q < 0) return gpu_error(c, "a stream-ordered allreduce failed on local rank",
-                                c->topo.local_rank);
+    if (q < 0) {
+        // The failed call is the enqueued one, not the call draining it: node peers whose
+        // streams wait for its flags are in it (their seq is enq_seq) and must see the
+        // failure there.
+        c->call_first_seq = h.enq_seq;
+        return gpu_error(c, "a stream-ordered allreduce failed on local rank",
+                         c->topo.local_rank);
+    }
     return TWOHOP_OK;
 }
 
@@ -756,6 +780,7 @@ int gpu_node_enqueue(twohop_comm *c, const twohop_userbuf &in, const twohop_user
     describe(c, in, out, red, bytes, &d, &device, &stage_in, &stage_out, true);
     d.msg_bytes = bytes;
     d.item_bytes = red.item_bytes;
+    d.enqueue = 1;
     if (d.can && stream && cuda::stream_device(stream) != device) d.can = 0;
     char *send_stage = static_cast<char *>(c->gpu_staging[d.in_place ? 1 : 0].ptr);
     char *recv_stage = static_cast<char *>(c->gpu_staging[1].ptr);
@@ -800,6 +825,7 @@ int gpu_node_enqueue(twohop_comm *c, const twohop_userbuf &in, const twohop_user
     ok = ok && h.enq_fence.record(device, st);
     h.enq_pending = true; // whatever part was enqueued must drain before the host moves on
     h.enq_device = device;
+    h.enq_seq = s;
     if (!ok) return gpu_error(c, "enqueueing a stream-ordered allreduce failed on local rank", me);
     *taken = true;
     g_enqueued_calls.fetch_add(1, std::memory_order_relaxed);

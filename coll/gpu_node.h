@@ -79,6 +79,7 @@ struct GpuHop1 {
     twohop::cuda::Fence enq_fence;
     bool enq_pending = false;
     int enq_device = -1;
+    uint64_t enq_seq = 0; // its sequence number (a failure found when draining is that call's)
     // GPU-posted mode (coll_twohop_gpu_posted): the descriptor ring the GPU writes and the proxy
     // reads, in host memory registered with the driver (on ring_device).
     twohop::DoorbellRing *ring = nullptr;

@@ -21,6 +21,8 @@
  *                every second one in place), then checked on the streams
  *   mixed        an enqueued call, then a blocking MPI_Allreduce on the same communicator
  *   host_rank    rank 0 passes host memory: the node takes the blocking path, results exact
+ *   forms        rank 0 calls MPI_Allreduce, the others twohop_allreduce_enqueue, all on device
+ *                memory, in one call: the node takes the blocking path, results exact
  *   pool         cudaMallocAsync buffers (twohop stages them on the stream)
  *   errors       count -1 and recvbuf MPI_IN_PLACE are errors (MPI_ERRORS_RETURN), not hangs
  * With --expect-enqueued (one node, every rank on a GPU reaching the others) the MPI_T counter
@@ -276,6 +278,32 @@ static void case_host_rank(void) {
     CK(cudaStreamDestroy(s));
 }
 
+static void case_forms(void) {
+    const long long n = 65537;
+    float *in, *out;
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CK(cudaMalloc((void **)&in, n * sizeof(float)));
+    CK(cudaMalloc((void **)&out, n * sizeof(float)));
+    // The producer delays the input by ~50 ms: a GPU path taken across the two forms would
+    // read the stream-ordered ranks' inputs before they exist.
+    if (enqueue_test_produce(in, n, (float)(rank + 1), 50000000ull, s) != 0) fail("forms");
+    const unsigned long long before = enqueued();
+    int rc;
+    if (rank == 0) {
+        CK(cudaStreamSynchronize(s));
+        rc = MPI_Allreduce(in, out, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    } else {
+        rc = twohop_allreduce_enqueue(in, out, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, s);
+    }
+    if (rc != MPI_SUCCESS) fail("forms: the call returned an error");
+    check_on(out, n, 0, s, "forms: result");
+    expect_count(before, 0, "forms");
+    CK(cudaFree(in));
+    CK(cudaFree(out));
+    CK(cudaStreamDestroy(s));
+}
+
 static void case_pool(void) {
     const long long n = 1 << 18;
     float *in, *out;
@@ -435,6 +463,7 @@ int main(int argc, char **argv) {
     case_outstanding();
     case_mixed();
     case_host_rank();
+    case_forms();
     case_pool();
     case_errors();
     int total = 0;
