@@ -88,14 +88,19 @@ bool publish(twohop_comm *c, char *p, const cuda::PointerInfo &pi, int which, in
 }
 
 /*
- * My descriptor: fills d, *device and which staging buffers this call uses (stage_in: copy
- * my input there first; stage_out: copy the result from there after). d->can = 0 when
+ * My descriptor of a call of `bytes` bytes (items of red.item_bytes), called as
+ * twohop_allreduce_enqueue when `enqueue`: fills d, *device and which staging buffers this
+ * call uses (stage_in: copy my input there first; stage_out: copy the result from there
+ * after). d->can = 0 when
  * anything is missing (host memory, no kernel, buffers on two devices, allocation failure).
  */
 void describe(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out,
               const twohop_reduction &red, uint64_t bytes, GpuDesc *d, int *device,
               bool *stage_in, bool *stage_out, bool enqueue = false) {
     std::memset(d, 0, sizeof(*d));
+    d->msg_bytes = bytes;
+    d->item_bytes = red.item_bytes;
+    d->enqueue = enqueue ? 1 : 0;
     *device = -1;
     *stage_in = *stage_out = false;
     if (!in.device || !out.device || red.op == TWOHOP_OP_USER ||
@@ -329,6 +334,12 @@ int vote_round(twohop_comm *c, const GpuDesc &d, int device, uint64_t s, GpuDesc
     return TWOHOP_OK;
 }
 
+/* Round 1: this rank's descriptor of call s into its shared-memory block, then desc_seq = s. */
+void publish_desc(twohop_comm *c, const GpuDesc &d, uint64_t s) {
+    std::memcpy(c->shm.desc(c->topo.local_rank), &d, sizeof(d));
+    c->shm.flags(c->topo.local_rank).desc_seq.store(s, std::memory_order_release);
+}
+
 /*
  * A round that does not end in the node's GPU path gives its sequence number back: the host
  * path that follows runs the call with the same s, so a declined round costs no sequence
@@ -413,11 +424,8 @@ int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_us
     bool stage_in = false, stage_out = false;
     const uint64_t bytes = count * red.item_bytes;
     describe(c, in, out, red, bytes, &d, &device, &stage_in, &stage_out);
-    d.msg_bytes = bytes;
-    d.item_bytes = red.item_bytes;
     if (!d.can) { // no wait for the node: see vote_no
-        std::memcpy(c->shm.desc(me), &d, sizeof(d));
-        mine.desc_seq.store(s, std::memory_order_release);
+        publish_desc(c, d, s);
         return vote_no(c, s);
     }
     // Peers' kernels of earlier calls may still read my staging buffers.
@@ -425,10 +433,9 @@ int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_us
     if (rc != TWOHOP_OK) return rc;
     char *send_stage = static_cast<char *>(c->gpu_staging[d.in_place ? 1 : 0].ptr);
     char *recv_stage = static_cast<char *>(c->gpu_staging[1].ptr);
-    if (d.can && !cuda::sync_input(device)) d.can = 0;
+    if (!cuda::sync_input(device)) d.can = 0;
     if (d.can && stage_in && !cuda::copy(send_stage, in.device, bytes)) d.can = 0;
-    std::memcpy(c->shm.desc(me), &d, sizeof(d));
-    mine.desc_seq.store(s, std::memory_order_release);
+    publish_desc(c, d, s);
     if (!d.can) return vote_no(c, s);
     if ((rc = c->wait_all(&RankFlags::desc_seq, s)) != TWOHOP_OK) return rc;
 
@@ -769,7 +776,6 @@ int gpu_node_enqueue(twohop_comm *c, const twohop_userbuf &in, const twohop_user
     const int L = c->topo.local_size();
     const int me = c->topo.local_rank;
     const uint64_t s = ++c->seq;
-    RankFlags &mine = c->shm.flags(me);
     GpuHop1 &h = c->gpu_hop1;
 
     // Round 1: my descriptor (no wait for my input: the stream orders it).
@@ -778,14 +784,10 @@ int gpu_node_enqueue(twohop_comm *c, const twohop_userbuf &in, const twohop_user
     bool stage_in = false, stage_out = false;
     const uint64_t bytes = count * red.item_bytes;
     describe(c, in, out, red, bytes, &d, &device, &stage_in, &stage_out, true);
-    d.msg_bytes = bytes;
-    d.item_bytes = red.item_bytes;
-    d.enqueue = 1;
     if (d.can && stream && cuda::stream_device(stream) != device) d.can = 0;
     char *send_stage = static_cast<char *>(c->gpu_staging[d.in_place ? 1 : 0].ptr);
     char *recv_stage = static_cast<char *>(c->gpu_staging[1].ptr);
-    std::memcpy(c->shm.desc(me), &d, sizeof(d));
-    mine.desc_seq.store(s, std::memory_order_release);
+    publish_desc(c, d, s);
     int rc;
     if (!d.can) { // the host path, blocking: my GPU must not write my flags after the host does
         if ((rc = gpu_enqueue_drain(c)) != TWOHOP_OK) return rc;
