@@ -100,6 +100,20 @@ export CUDA_MPS_PIPE_DIRECTORY=$mps/pipe CUDA_MPS_LOG_DIRECTORY=$mps/log
 nvidia-cuda-mps-control -d && echo "gpu_check: MPS started"
 trap 'echo quit | nvidia-cuda-mps-control; echo "gpu_check: MPS stopped"' EXIT
 
+# --- mode host: host buffers on the 16-core machine, the table of docs/perf.md's 16-core
+# section (under MPS as the GPU checks, no GPU work).
+if [[ $mode == host ]]; then
+    status=0
+    for np in 8 16; do
+        NP=$np BUILD_DIR=$build TIMEOUT=300 KEEP="$out/bench_host_np$np" \
+            bash scripts/bench_table.sh >"$out/table_host_np$np.txt" 2>"$out/table_host_np$np.err" ||
+            status=1
+        echo "== host buffers, $np ranks, one node ($(ompi_info --version 2>/dev/null | head -1))"
+        cat "$out/table_host_np$np.txt"
+    done
+    exit $status
+fi
+
 run() { # run NP VNODES GPUS -- PROGRAM ARGS
     local np=$1 vn=$2 gpus=$3
     shift 4
@@ -178,7 +192,7 @@ enq() { # enq NAME NP VNODES GPUS [ARGS]
         grep -E "FAIL|error|signal" "$out/enqueue_$name.log" | head -5
     fi
 }
-if [[ $mode != vnodes && $mode != posted && $mode != scale && $mode != host ]]; then
+if [[ $mode != vnodes && $mode != posted && $mode != scale ]]; then
     # The README's example, as a user would run it.
     if run 4 "" 0 -- "$build/mpi_tests/allreduce_enqueue" >"$out/example_enqueue.log" 2>&1 &&
         grep -q "rc 0, grad\[0\] = 6 (expected 6)" "$out/example_enqueue.log"; then
@@ -211,11 +225,11 @@ if [[ $mode == vnodes ]]; then
     check np4_rr2_one_gpu 4 rr:2 0
 fi
 # Two virtual nodes of two ranks on one GPU: hop 1 on the GPU, hop 2 on the host.
-if [[ $mode != enqueue && $mode != posted && $mode != scale && $mode != host ]] && run 4 rr:2 0 -- "$build/mpi_tests/twohop_osu_allreduce" -d cuda -c -f --expect-twohop \
+if [[ $mode != enqueue && $mode != posted && $mode != scale ]] && run 4 rr:2 0 -- "$build/mpi_tests/twohop_osu_allreduce" -d cuda -c -f --expect-twohop \
     -T mpi_float -m 8:67108864 -i 10 -x 3 >"$out/osu_np4_rr2_one_gpu.txt" 2>&1 &&
     grep -q "GPU hop 1 [1-9]" "$out/osu_np4_rr2_one_gpu.txt"; then
     summary+=("PASS osu -d cuda -c np4_rr2_one_gpu (hop 1 on the GPU)")
-elif [[ $mode != enqueue && $mode != posted && $mode != scale && $mode != host ]]; then
+elif [[ $mode != enqueue && $mode != posted && $mode != scale ]]; then
     summary+=("FAIL osu -d cuda -c np4_rr2_one_gpu")
     status=1
 fi
@@ -338,16 +352,6 @@ if [[ $mode == full || $mode == scale ]]; then
     bash mpi_tests/run_mpi.sh -c tuned -n 16 -b "$build" -t 120 -- "$build/mpi_tests/setup_cost" -r 30 \
         >"$out/setup_tuned_np16.txt" 2>&1
     summary+=("tuned $(grep -m1 '^setup_cost' "$out/setup_tuned_np16.txt")")
-fi
-
-# Host buffers on the 16-core machine: the table of docs/perf.md's 16-core section.
-if [[ $mode == host ]]; then
-    for np in 8 16; do
-        NP=$np BUILD_DIR=$build TIMEOUT=300 KEEP="$out/bench_host_np$np" \
-            bash scripts/bench_table.sh >"$out/table_host_np$np.txt" 2>"$out/table_host_np$np.err" ||
-            status=1
-        summary+=("== host buffers, $np ranks, one node ($(ompi_info --version 2>/dev/null | head -1))" "$(cat "$out/table_host_np$np.txt")")
-    done
 fi
 
 echo "================ gpu_check summary"
