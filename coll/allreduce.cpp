@@ -1,29 +1,8 @@
 /*
- * The two allreduce paths over one communicator's state.
- *
- * Latency path (message bytes x ranks of the largest node <= small_bytes), one segment `s`,
- * buffer set s % D:
- *   step  who                what
- *   1     all local ranks    wait until set is free (every local rank done with s - D)
- *   2     all local ranks    copy input to own slot, publish arrived = s
- *   3a    one node:  all     wait all arrived; reduce slots 0..L-1 in order into the output
- *   3b    >1 node:   leader  wait all arrived; reduce into result; ring with the other leaders;
- *                            publish reduced = s.  Others wait leader's reduced, copy result out
- *   4     all                publish done = s
- *
- * Pipeline path (larger messages), segments of slot_bytes, up to D segments in flight:
- *   start(k):  wait set free; copy the shards of segment k that other ranks own into
- *              own slot; arrived = s;
- *              wait all arrived; for each owned shard: result = in_o op in_o+1 op ... (hop 1,
- *              reduce-scatter, starting at the owner o; my own input read from sbuf);
- *              with >1 node post the shard's ring (hop 2, non-blocking)
- *   finish(k): complete own rings; reduced = s; copy each shard of segment k out as soon as
- *              its owner published reduced = s, starting with my own shard (hop 3,
- *              allgather); done = s
- *   order:     start(0) .. start(D-1), finish(0), start(D), finish(1), ... so hop 1 of segment
- *              k runs while hop 2 of segment k-1 is on the wire.
- * Every element is reduced once, by its shard owner, in a fixed order, then in ring order:
- * the result is bitwise identical on all ranks and repeatable for the same topology.
+ * The blocking call over one communicator's state: the communicator's progress, waits and
+ * failure handling (twohop_comm methods), the choice between the node's GPU path and a host
+ * job (coll/schedule/: latency_job.h and pipeline_job.h have the step tables), and the C
+ * entry points of the calls themselves.
  */
 #include <atomic>
 #include <cerrno>
@@ -37,13 +16,10 @@
 #include "comm_state.h"
 #include "cuda_driver.h"
 #include "gpu_node.h"
-#include "reducer.h"
-#include "segment_plan.h"
 #include "memory_kind.h"
+#include "schedule/engine.h"
 
 using twohop::RankFlags;
-using twohop::Range;
-using twohop::Reducer;
 
 namespace {
 using Clock = std::chrono::steady_clock;
@@ -51,6 +27,12 @@ constexpr auto kLivenessPeriod = std::chrono::milliseconds(100);
 } // namespace
 
 int twohop_comm::poll() {
+    const int rc = poll_transport();
+    host.progress();
+    return rc;
+}
+
+int twohop_comm::poll_transport() {
     int rc = TWOHOP_OK;
     if (worker) {
         worker->progress();
@@ -65,7 +47,6 @@ int twohop_comm::poll() {
         advance_all(rhds);
         advance_all(rds);
     }
-    host.progress();
     if (rc != TWOHOP_OK) return rc;
     // A rank on another node gave up and told its rail neighbours (us).
     // (Only once this rank has reached the failed call: see AbortMessages.)
@@ -209,332 +190,7 @@ void twohop_comm::fail(int status, const std::string &why) {
 
 namespace {
 
-using FlagPtr = std::atomic<uint64_t> RankFlags::*;
-constexpr FlagPtr kArrived = &RankFlags::arrived;
-constexpr FlagPtr kDone = &RankFlags::done;
-constexpr uint64_t kReduceBlockBytes = 4096; // partial-result block kept in L1 while reducing
-
-/*
- * out = in_f op in_{f+1} op ... op in_{f+L-1} (indices mod L, f = `first`) over `items` items
- * at byte offset off_bytes of the segment, where in_l is local rank l's slot of set `set`,
- * except that my own contribution is read from `own` when given (the pipeline does not copy a
- * rank's own shards into its slot). The latency path uses first = 0 on every rank; the
- * pipeline starts each shard at its owner, so owners do not all read slot 0 at once.
- */
-int reduce_slots(twohop_comm *c, int set, uint64_t off_bytes, uint64_t items, char *out,
-                 const Reducer &red, const char *own = nullptr, int first = 0) {
-    const int l = c->topo.local_size();
-    const int me = c->topo.local_rank;
-    auto in = [&](int k) -> const char * {
-        const int i = (first + k) % l;
-        return (own && i == me) ? own : c->shm.slot(set, i) + off_bytes;
-    };
-    if (l == 1) {
-        if (out != in(0)) std::memcpy(out, in(0), items * red.item_bytes());
-        return TWOHOP_OK;
-    }
-    // Blocked so the partial result stays in L1 while the L input streams are read: every
-    // element of the block sees ((in_f op in_f+1) op in_f+2) op ... in that order.
-    const uint64_t ib = red.item_bytes();
-    const uint64_t blk = kReduceBlockBytes / ib > 0 ? kReduceBlockBytes / ib : 1;
-    for (uint64_t b = 0; b < items; b += blk) {
-        const uint64_t n = items - b < blk ? items - b : blk;
-        const uint64_t off = b * ib;
-        int rc = red.combine(in(0) + off, in(1) + off, out + off, n);
-        for (int k = 2; rc == TWOHOP_OK && k < l; ++k) {
-            rc = red.combine(out + off, in(k) + off, out + off, n);
-        }
-        if (rc != TWOHOP_OK) return rc;
-    }
-    return TWOHOP_OK;
-}
-
-/* Runs the rings of segment `s` (set `set`) to completion, polling everything meanwhile. */
-int finish_rings(twohop_comm *c, int set) {
-    for (size_t i = 0; i < c->rails.size(); ++i) {
-        int rc = c->poll_until([c, set, i] { return !c->hop2_active(set, i); });
-        if (rc != TWOHOP_OK) return rc;
-    }
-    return TWOHOP_OK;
-}
-
-/* Canonical bytes [off, off + len) of the user's input into dst (shared memory). */
-int read_in(twohop_comm *c, const twohop_userbuf &b, char *dst, uint64_t off, uint64_t len) {
-    if (len == 0) return TWOHOP_OK;
-    if (b.direct) return c->mem->to_host(dst, b.direct + off, len);
-    return b.read(b.ctx, dst, off, len) == 0 ? TWOHOP_OK : TWOHOP_ERR_HOST;
-}
-
-/* src (shared or private memory) into canonical bytes [off, off + len) of the user's output. */
-int write_out(twohop_comm *c, const twohop_userbuf &b, uint64_t off, const char *src,
-              uint64_t len, bool streaming) {
-    if (len == 0) return TWOHOP_OK;
-    if (b.direct) return c->mem->from_host(b.direct + off, src, len, streaming);
-    return b.write(b.ctx, src, off, len) == 0 ? TWOHOP_OK : TWOHOP_ERR_HOST;
-}
-
-/*
- * The word local ranks compare before using each other's inputs: message bytes and item size
- * (ranks must agree on both; a user op with another count of the same signature differs in
- * item size). Odd multiplier from the 64-bit golden ratio (Knuth, TAOCP vol. 3, 6.4).
- */
-uint64_t call_word(uint64_t msg_bytes, uint64_t item_bytes) {
-    return msg_bytes * 0x9E3779B97F4A7C15ULL ^ item_bytes;
-}
-
-/* Publishes my input of segment s (set `set`) after recording the call's message size. */
-void publish_arrived(twohop_comm *c, int set, uint64_t s, uint64_t word) {
-    RankFlags &mine = c->shm.flags(c->topo.local_rank);
-    mine.bytes[set].store(word, std::memory_order_relaxed);
-    mine.arrived.store(s, std::memory_order_release);
-}
-
-/* Waits until every local rank's input of s arrived; their call words must equal mine. */
-int wait_arrived(twohop_comm *c, int set, uint64_t s, uint64_t word) {
-    int rc = c->wait_all(kArrived, s);
-    if (rc != TWOHOP_OK) return rc;
-    for (int i = 0; i < c->topo.local_size(); ++i) {
-        if (c->shm.flags(i).bytes[set].load(std::memory_order_relaxed) != word) {
-            return TWOHOP_ERR_MISMATCH;
-        }
-    }
-    return TWOHOP_OK;
-}
-
-int latency_path(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out,
-                 uint64_t count, const Reducer &red) {
-    const uint64_t s = ++c->seq;
-    const int set = static_cast<int>(s % c->depth);
-    const uint64_t bytes = count * red.item_bytes();
-    const int me = c->topo.local_rank;
-    RankFlags &mine = c->shm.flags(me);
-    int rc = s > uint64_t(c->depth) ? c->wait_all(kDone, s - c->depth) : TWOHOP_OK;
-    if (rc == TWOHOP_OK) rc = read_in(c, in, c->shm.slot(set, me), 0, bytes);
-    if (rc != TWOHOP_OK) return rc;
-    const uint64_t word = call_word(bytes, red.item_bytes());
-    publish_arrived(c, set, s, word);
-
-    if (c->topo.n_nodes() == 1) {
-        rc = wait_arrived(c, set, s, word);
-        if (rc != TWOHOP_OK) return rc;
-        if (out.direct) {
-            rc = reduce_slots(c, set, 0, count, out.direct, red);
-        } else {
-            if (c->private_out.size() < bytes) c->private_out.resize(c->slot_bytes);
-            rc = reduce_slots(c, set, 0, count, c->private_out.data(), red);
-            if (rc == TWOHOP_OK) rc = write_out(c, out, 0, c->private_out.data(), bytes, false);
-        }
-        if (rc != TWOHOP_OK) return rc;
-        mine.done.store(s, std::memory_order_release);
-        return TWOHOP_OK;
-    }
-    if (me == 0) { // node leader: owner of shard 0 on every node, i.e. the rail of shard 0
-        rc = wait_arrived(c, set, s, word);
-        if (rc == TWOHOP_OK) rc = reduce_slots(c, set, 0, count, c->shm.result(set), red);
-        const twohop_rail &rail = c->rails[0];
-        if (rc == TWOHOP_OK && c->latency_hop2 == 0) { // recursive doubling among the leaders
-            twohop::RdOp &rd = c->rds[set];
-            rc = rd.start(c->worker, &c->rd_peers, rail.n, rail.pos, c->shm.result(set), count,
-                          &red, word, c->rail_tag(s, 0));
-            if (rc == TWOHOP_OK) rc = c->poll_until([&rd] { return !rd.active(); });
-        } else if (rc == TWOHOP_OK) {
-            twohop::RingOp &ring = c->rings[set * c->rails.size()];
-            rc = ring.start(c->worker, rail.right, rail.left, rail.n, rail.pos,
-                            c->shm.result(set), count, &red, c->ring_scratch(set, 0),
-                            c->rail_tag(s, 0));
-            if (rc == TWOHOP_OK) rc = finish_rings(c, set);
-        }
-        if (rc != TWOHOP_OK) return rc;
-        mine.reduced.store(s, std::memory_order_release);
-    } else if ((rc = c->wait_for(c->shm.flags(0).reduced, s)) != TWOHOP_OK) {
-        return rc;
-    } else if (c->shm.flags(0).bytes[set].load(std::memory_order_relaxed) != word) {
-        return TWOHOP_ERR_MISMATCH;
-    }
-    rc = write_out(c, out, 0, c->shm.result(set), bytes, false);
-    if (rc != TWOHOP_OK) return rc;
-    mine.done.store(s, std::memory_order_release);
-    return TWOHOP_OK;
-}
-
-constexpr uint64_t kMaxDepth = 8; // upper bound of coll_twohop_pipeline_depth
-
-/* Where the calling thread spends a pipelined call (verbose 3 only): microseconds per phase. */
-struct PhaseClock {
-    enum Phase { kStart, kHop2, kHop3 };
-    explicit PhaseClock(bool enabled) : on(enabled) {}
-    bool on;
-    double us[3] = {0, 0, 0};
-    Clock::time_point t0{};
-    void mark() {
-        if (on) t0 = Clock::now();
-    }
-    /* Adds the time since the last mark to `p` and marks again. */
-    void add(Phase p) {
-        if (!on) return;
-        const auto t = Clock::now();
-        us[p] += std::chrono::duration<double, std::micro>(t - t0).count();
-        t0 = t;
-    }
-};
-
-struct InFlight {
-    uint64_t s;
-    Range seg;
-    bool last; // the call's last segment (marked in hop-2 tags)
-};
-
-int pipeline_start(twohop_comm *c, const twohop_userbuf &in, uint64_t word,
-                   const InFlight &f, const Reducer &red) {
-    const int set = static_cast<int>(f.s % c->depth);
-    const uint64_t ib = red.item_bytes();
-    const int me = c->topo.local_rank;
-    int rc = f.s > uint64_t(c->depth) ? c->wait_all(kDone, f.s - c->depth) : TWOHOP_OK;
-    if (rc != TWOHOP_OK) return rc;
-    // Copy in the shards other ranks reduce; my own shards are read from the input directly
-    // when its layout is the canonical one (else they are copied too). With hop 1 on the GPU
-    // the owners' kernels read every input where it is: nothing to copy.
-    const uint64_t shards = static_cast<uint64_t>(c->topo.n_shards());
-    const uint64_t seg_off = f.seg.offset * ib;
-    const bool gpu = c->gpu_hop1.active;
-    char *my_slot = c->shm.slot(set, me);
-    for (uint64_t sh = 0; sh < shards && !gpu; ++sh) {
-        if (in.direct && c->topo.shard_owner(c->topo.my_node, static_cast<int>(sh)) == me) {
-            continue;
-        }
-        const Range r = twohop::split_even(f.seg.count, shards, sh);
-        rc = read_in(c, in, my_slot + r.offset * ib, seg_off + r.offset * ib, r.count * ib);
-        if (rc != TWOHOP_OK) return rc;
-    }
-    publish_arrived(c, set, f.s, word);
-    if ((rc = wait_arrived(c, set, f.s, word)) != TWOHOP_OK) return rc;
-
-    // Hop 1 on the GPU: every owned shard's kernel is enqueued, then the fence is polled while
-    // the previous segment's hop-2 transfers keep moving; the rings start once it passed.
-    if (gpu) {
-        for (const int sh : c->my_shards) {
-            const Range r = twohop::split_even(f.seg.count, shards, static_cast<uint64_t>(sh));
-            rc = gpu_hop1_post(c, seg_off + r.offset * ib, r.count,
-                               c->shm.result(set) + r.offset * ib, red.raw());
-            if (rc != TWOHOP_OK) return rc;
-        }
-        if ((rc = gpu_hop1_wait(c)) != TWOHOP_OK) return rc;
-    }
-    int posted = 0;
-    for (size_t i = 0; i < c->my_shards.size(); ++i) {
-        const int sh = c->my_shards[i];
-        const Range r = twohop::split_even(f.seg.count, shards, static_cast<uint64_t>(sh));
-        char *out = c->shm.result(set) + r.offset * ib;
-        const char *own = in.direct ? in.direct + seg_off + r.offset * ib : nullptr;
-        if (!gpu) {
-            rc = reduce_slots(c, set, r.offset * ib, r.count, out, red, own,
-                              c->topo.shard_owner(c->topo.my_node, sh));
-            if (rc != TWOHOP_OK) return rc;
-        }
-        if (c->rails.empty() || r.count == 0) continue;
-        rc = c->start_hop2(set, i, out, r.count, &red, c->rail_tag(f.s, sh), f.last);
-        if (rc != TWOHOP_OK) return rc;
-        // Doorbell batching at the collective level: post_batch transfers back-to-back, then
-        // let UCX make progress on them.
-        if (++posted % c->post_batch == 0) c->worker->progress();
-    }
-    return TWOHOP_OK;
-}
-
-int pipeline_finish(twohop_comm *c, const twohop_userbuf &out, const InFlight &f,
-                    const Reducer &red, bool streaming, PhaseClock *clock) {
-    const int set = static_cast<int>(f.s % c->depth);
-    const uint64_t ib = red.item_bytes();
-    const int node = c->topo.my_node;
-    const bool gpu = c->gpu_hop1.active && out.device != nullptr;
-    RankFlags &mine = c->shm.flags(c->topo.local_rank);
-    clock->mark();
-    int rc = finish_rings(c, set);
-    clock->add(PhaseClock::kHop2);
-    if (rc != TWOHOP_OK) return rc;
-    mine.reduced.store(f.s, std::memory_order_release);
-    // Hop 3: copy every shard as soon as its owner published it, starting with my own shard
-    // so that the local ranks read from different owners at any moment.
-    const int shards = c->topo.n_shards();
-    const int first = c->my_shards.front();
-    for (int k = 0; k < shards; ++k) {
-        const int sh = (first + k) % shards;
-        rc = c->wait_for(c->shm.flags(c->topo.shard_owner(node, sh)).reduced, f.s);
-        if (rc != TWOHOP_OK) return rc;
-        const Range r = twohop::split_even(f.seg.count, static_cast<uint64_t>(shards),
-                                           static_cast<uint64_t>(sh));
-        const uint64_t off = (f.seg.offset + r.offset) * ib;
-        const char *src = c->shm.result(set) + r.offset * ib;
-        rc = gpu ? gpu_hop3_post(c, out.device + off, src, r.count * ib)
-                 : write_out(c, out, off, src, r.count * ib, streaming);
-        if (rc != TWOHOP_OK) return rc;
-    }
-    // The result set is reused by segment s + depth once every local rank is done with it:
-    // the GPU's copies out of it must have completed.
-    if (gpu && (rc = gpu_hop1_wait(c)) != TWOHOP_OK) return rc;
-    clock->add(PhaseClock::kHop3);
-    mine.done.store(f.s, std::memory_order_release);
-    return TWOHOP_OK;
-}
-
-int pipeline_path(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out,
-                  uint64_t count, const Reducer &red) {
-    const uint64_t seg_items = twohop::segment_items(c->slot_bytes, red.item_bytes());
-    const uint64_t nseg = twohop::segment_count(count, seg_items);
-    const uint64_t msg_bytes = count * red.item_bytes();
-    const uint64_t word = call_word(msg_bytes, red.item_bytes());
-    const bool streaming = c->stream_bytes != 0 && msg_bytes >= c->stream_bytes;
-    // Segments in flight, oldest first: a fixed ring (depth <= kMaxDepth), no allocation.
-    InFlight window[kMaxDepth];
-    uint64_t first = 0, next = 0; // window holds segments [first, next)
-    PhaseClock clock(c->verbose >= 3);
-    int rc = TWOHOP_OK;
-    for (uint64_t k = 0; k < nseg && rc == TWOHOP_OK; ++k) {
-        if (next - first == static_cast<uint64_t>(c->depth)) {
-            rc = pipeline_finish(c, out, window[first++ % kMaxDepth], red, streaming, &clock);
-            if (rc != TWOHOP_OK) break;
-        }
-        InFlight &f = window[next++ % kMaxDepth];
-        f = InFlight{++c->seq, twohop::segment_range(count, seg_items, k), k + 1 == nseg};
-        clock.mark();
-        rc = pipeline_start(c, in, word, f, red);
-        clock.add(PhaseClock::kStart);
-    }
-    while (rc == TWOHOP_OK && first < next) {
-        rc = pipeline_finish(c, out, window[first++ % kMaxDepth], red, streaming, &clock);
-    }
-    if (rc == TWOHOP_OK && clock.on) {
-        char msg[320];
-        std::snprintf(msg, sizeof(msg),
-                      "pipeline: %llu B in %llu segments%s: calling thread in hop 1 (copy in, "
-                      "reduce, post hop 2) %.0f us, waiting for hop 2 %.0f us, hop 3 %.0f us",
-                      static_cast<unsigned long long>(msg_bytes),
-                      static_cast<unsigned long long>(nseg),
-                      c->gpu_hop1.active ? " (hop 1 and 3 on the GPU)" : "",
-                      clock.us[PhaseClock::kStart], clock.us[PhaseClock::kHop2],
-                      clock.us[PhaseClock::kHop3]);
-        c->host.log(3, msg);
-    }
-    return rc;
-}
-
-const char *describe(int rc) {
-    switch (rc) {
-    case TWOHOP_ERR_PEER:
-        return "another rank of the communicator failed its part of the call (told through the "
-               "node's control block or a hop-2 abort message), or a node peer's process is gone";
-    case TWOHOP_ERR_TIMEOUT: return "no progress within coll_twohop_timeout seconds";
-    case TWOHOP_ERR_MISMATCH:
-        return "ranks passed different message sizes (count x datatype size must be the "
-               "same on every rank)";
-    case TWOHOP_ERR_TRANSPORT:
-        return "hop-2 transfer failed (a rank on another node is gone, or the network failed)";
-    case TWOHOP_ERR_REDUCE: return "the user-defined reduction reported an error";
-    case TWOHOP_ERR_HOST: return "converting the datatype layout of a user buffer failed";
-    case TWOHOP_ERR_NO_MEMORY: return "out of memory";
-    default: return "internal error";
-    }
-}
+const char *describe(int rc) { return twohop::status_reason(rc); }
 
 } // namespace
 
@@ -562,12 +218,7 @@ int run_call(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out
         joined = true;
         return twohop_stream_sync(stream) == 0 ? TWOHOP_OK : TWOHOP_ERR_TRANSPORT;
     };
-    const Reducer reducer(red);
-    // The path must be the same on every rank: scale by the largest node's rank count (the
-    // shard count), not by this node's.
-    const uint64_t bytes = count * red.item_bytes;
-    const bool latency = bytes <= c->slot_bytes &&
-                         bytes * static_cast<uint64_t>(c->topo.n_shards()) <= c->small_bytes;
+    const bool latency = twohop::latency_path(c, count, red.item_bytes);
     // GPU rounds: on one node the whole call can run on the GPU; with several nodes hop 1 of
     // the pipeline can (the latency path stays on the host).
     if (c->gpu_round && (c->topo.n_nodes() == 1 || !latency)) {
@@ -586,9 +237,12 @@ int run_call(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out
         }
     }
     if ((rc = join()) != TWOHOP_OK) return rc;
-    if (latency) return latency_path(c, in, out, count, reducer);
-    rc = c->gpu_hop1.active && c->gpu_posted ? gpu_posted_pipeline(c, out, count, red)
-                                              : pipeline_path(c, in, out, count, reducer);
+    if (c->gpu_hop1.active && c->gpu_posted) {
+        rc = gpu_posted_pipeline(c, out, count, red);
+    } else {
+        const std::unique_ptr<twohop::Job> job = twohop::make_job(c, in, out, count, red);
+        rc = twohop::drive(c, *job);
+    }
     if (c->gpu_hop1.active && rc == TWOHOP_OK) gpu_hop1_done();
     if (c->gpu_hop1.active && rc != TWOHOP_OK) c->gpu_hop1.settle();
     c->gpu_hop1.active = false;
@@ -607,7 +261,20 @@ int call(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out, ui
         return TWOHOP_ERR_POISONED;
     }
     if (count == 0) return TWOHOP_OK;
-    const int rc = run_call(c, in, out, count, red, enqueue, stream, enqueued);
+    // After the calls queued before this one (non-blocking, persistent), which may fail.
+    twohop::lock_engine(c);
+    twohop::drain_queue(c);
+    const int rc = c->poisoned != TWOHOP_OK
+                       ? TWOHOP_ERR_POISONED
+                       : run_call(c, in, out, count, red, enqueue, stream, enqueued);
+    twohop::unlock_engine(c);
+    if (rc == TWOHOP_ERR_POISONED) {
+        if (why && whylen) {
+            std::snprintf(why, whylen, "an earlier twohop allreduce on this communicator failed "
+                          "(%s); the communicator is unusable", c->failure.c_str());
+        }
+        return rc;
+    }
     if (rc != TWOHOP_OK) {
         c->fail(rc, describe(rc));
         if (why && whylen) std::snprintf(why, whylen, "%s", describe(rc));

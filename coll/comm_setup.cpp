@@ -28,6 +28,7 @@
 
 #include "comm_ids.h"
 #include "comm_state.h"
+#include "schedule/engine.h"
 #include "cuda_driver.h"
 #include "gpu_kernel_list.h"
 #include "gpu_node.h"
@@ -275,7 +276,9 @@ twohop_comm::~twohop_comm() {
     }
     if (quarantined) {
         // UCX may still write into these: keep them alive for the rest of the process.
+        // Every hop-2 operation kind: ring, Rabenseifner and recursive doubling.
         new std::vector<twohop::RingOp>(std::move(rings));
+        new std::vector<twohop::RhdOp>(std::move(rhds));
         new std::vector<twohop::RdOp>(std::move(rds));
         new std::vector<char>(std::move(scratch));
         shm.leak();
@@ -552,7 +555,11 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
     return TWOHOP_OK;
 }
 
-extern "C" void twohop_comm_free(twohop_comm *c) { delete c; }
+extern "C" void twohop_comm_free(twohop_comm *c) {
+    if (c == nullptr) return;
+    twohop::forget_comm(c);
+    delete c;
+}
 
 extern "C" const char *twohop_comm_cannot_serve(const twohop_comm *c, uint64_t count,
                                                 size_t item_bytes) {

@@ -11,7 +11,9 @@
 #ifndef TWOHOP_COMM_STATE_H
 #define TWOHOP_COMM_STATE_H
 
+#include <atomic>
 #include <chrono>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -51,6 +53,10 @@ constexpr int kTagSeqBits = 16;
 constexpr uint64_t kTagLastBit = uint64_t(1) << (kTagStepBits - 1);
 constexpr int kMaxShards = (1 << kTagShardBits) - 1;
 constexpr int kMaxNodes = 1 << (kTagStepBits - 2);
+
+namespace twohop {
+struct QueuedCall; // coll/schedule/engine.h
+}
 
 struct twohop_comm {
     twohop_host host;
@@ -117,6 +123,14 @@ struct twohop_comm {
     };
     std::unique_ptr<AbortMessages> aborts;   // heap: leaked, not freed, if UCX keeps it
 
+    // Non-blocking and persistent calls in flight (coll/schedule/engine.h), oldest first.
+    // They run one at a time in call order (MPI matches collectives in program order); a
+    // blocking call first completes every one of them. `busy` is the communicator's engine
+    // lock: held by whichever thread advances the queue or runs a blocking call (the calling
+    // thread, or MPI progress in any thread); the progress callback only ever tries it.
+    std::deque<twohop::QueuedCall *> queue;
+    std::atomic<bool> busy{false};
+
     ~twohop_comm();
 
     /* Tag of hop-2 messages of segment s, shard `shard` (step 0; the ring adds the step). */
@@ -142,6 +156,12 @@ struct twohop_comm {
      * Returns a twohop_status.
      */
     int poll();
+    /*
+     * poll() without the host MPI's progress: UCX, the hop-2 operations, the node's failure
+     * flags and peer liveness only. The only progress the proxy thread and the MPI progress
+     * callback may make (neither may call back into the MPI library).
+     */
+    int poll_transport();
     /* Spins (polling every 16 checks) until `flag` reaches `target`; bounded by timeout_s. */
     int wait_for(const std::atomic<uint64_t> &flag, uint64_t target);
     /* Spins (with poll) until every local rank's counter `which` reaches `target`; then fails

@@ -678,7 +678,9 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
                     uint64_t seg_items, uint64_t s0, const std::function<void()> &gates)
             : c_(c), reducer_(red), count_(count), seg_items_(seg_items), s0_(s0),
               gates_(gates) {}
-        int progress() override { return c_->poll(); }
+        // The proxy thread: UCX and shared memory only, never the MPI library (it may run
+        // under MPI_THREAD_SINGLE, and no MPI progress is needed to finish hop 2).
+        int progress() override { return c_->poll_transport(); }
         int post(const twohop::PostDesc &d) override {
             const uint64_t shards = static_cast<uint64_t>(c_->topo.n_shards());
             const uint64_t ib = reducer_.item_bytes();

@@ -136,6 +136,40 @@ int twohop_comm_allreduce_enqueue(twohop_comm *c, const twohop_userbuf *in,
                                   const twohop_reduction *red, void *stream, int *enqueued,
                                   char *why, size_t whylen);
 
+/*
+ * How a call in flight ends (twohop_comm_iallreduce): called exactly once with the call's
+ * status (TWOHOP_OK or an error; after an error the communicator is poisoned as for a
+ * blocking call) and, on failure, a one-line reason (NULL on success). It runs on the thread
+ * that advanced the call to its end -- inside twohop_comm_iallreduce, twohop_core_progress or
+ * a later call on the communicator -- and must not call back into twohop for that
+ * communicator.
+ */
+typedef void (*twohop_done_fn)(void *ctx, int status, const char *why);
+
+/*
+ * Non-blocking allreduce: the same arguments, paths, results and errors as
+ * twohop_comm_allreduce, but the call only queues the work (and advances it once) and
+ * returns. Calls on a communicator run one at a time in call order, blocking calls after the
+ * ones queued before them. The work moves whenever twohop_core_progress runs (the adapter
+ * registers it with the MPI's progress engine) or another call reaches the communicator;
+ * `done(ctx, ...)` reports the end. `in`, `out` (and what their ctx point to) and
+ * red->user_ctx must stay valid until then; the structs themselves are copied. Returns
+ * TWOHOP_OK when queued (done will be called), else TWOHOP_ERR_NO_MEMORY (done will not be).
+ * Memory kinds: device buffers are reached through their kind's copies (never the node's GPU
+ * path, which only blocking calls vote for: the same on every rank, since MPI matches a
+ * non-blocking collective only with the same non-blocking collective).
+ */
+int twohop_comm_iallreduce(twohop_comm *c, const twohop_userbuf *in, const twohop_userbuf *out,
+                           uint64_t count, const twohop_reduction *red, twohop_done_fn done,
+                           void *ctx);
+
+/*
+ * Advances every communicator's queued calls that no other thread is advancing; returns how
+ * many completed. Never waits, never calls the MPI library (only the done functions); safe
+ * from any thread at any MPI thread level, as an MPI progress callback.
+ */
+int twohop_core_progress(void);
+
 /* Waits for the work enqueued on `stream` (a CUstream; NULL: the legacy default stream).
  * Returns 0 on success, -1 on a driver error or without a CUDA driver. */
 int twohop_stream_sync(void *stream);

@@ -7,6 +7,8 @@
 #define TWOHOP_STATUS_H
 
 typedef enum twohop_status {
+    TWOHOP_PENDING = -1,      /* not an error: an allreduce in flight has not finished yet
+                                 (a job's advance(), coll/schedule/job.h) */
     TWOHOP_OK = 0,
     TWOHOP_ERR_NO_MEMORY = 1, /* malloc/shm/mmap failed */
     TWOHOP_ERR_TRANSPORT = 2, /* UCX reported an error or a peer failed */

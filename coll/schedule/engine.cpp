@@ -1,0 +1,233 @@
+/* The engine (engine.h): blocking drive, the per-communicator queue, process-wide progress. */
+#include "engine.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "gpu_node.h"
+#include "latency_job.h"
+#include "pipeline_job.h"
+
+namespace twohop {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+/* Communicators with queued calls; guarded by g_mutex. g_queued counts queued calls of the
+ * whole process, so that progress_all() costs one atomic load when there are none. */
+std::mutex g_mutex;
+std::vector<twohop_comm *> g_active;
+std::atomic<long> g_queued{0};
+
+} // namespace
+
+const char *status_reason(int rc) {
+    switch (rc) {
+    case TWOHOP_ERR_PEER:
+        return "another rank of the communicator failed its part of the call (told through the "
+               "node's control block or a hop-2 abort message), or a node peer's process is gone";
+    case TWOHOP_ERR_TIMEOUT: return "no progress within coll_twohop_timeout seconds";
+    case TWOHOP_ERR_MISMATCH:
+        return "ranks passed different message sizes (count x datatype size must be the "
+               "same on every rank)";
+    case TWOHOP_ERR_TRANSPORT:
+        return "hop-2 transfer failed (a rank on another node is gone, or the network failed)";
+    case TWOHOP_ERR_REDUCE: return "the user-defined reduction reported an error";
+    case TWOHOP_ERR_HOST: return "converting the datatype layout of a user buffer failed";
+    case TWOHOP_ERR_NO_MEMORY: return "out of memory";
+    default: return "internal error";
+    }
+}
+
+namespace {
+
+/* Ends the oldest queued call with `rc` (recording a failure on the communicator first). */
+void finish_head(twohop_comm *c, int rc) {
+    QueuedCall *q = c->queue.front();
+    c->queue.pop_front();
+    const char *why = nullptr;
+    char poisoned[320];
+    if (rc == TWOHOP_ERR_POISONED) {
+        std::snprintf(poisoned, sizeof(poisoned),
+                      "an earlier twohop allreduce on this communicator failed (%s); the "
+                      "communicator is unusable", c->failure.c_str());
+        why = poisoned;
+    } else if (rc != TWOHOP_OK) {
+        if (c->poisoned == TWOHOP_OK) c->fail(rc, status_reason(rc));
+        why = status_reason(rc);
+    }
+    std::unique_ptr<QueuedCall> owned(q);
+    owned->job.reset(); // before done: the front end may free the buffers the job points to
+    g_queued.fetch_sub(1, std::memory_order_relaxed);
+    owned->done(owned->ctx, rc, why);
+}
+
+/*
+ * With the engine lock held: advances the queue as far as it goes without waiting. Returns
+ * the number of calls that completed; *pending = whether calls remain.
+ */
+int advance_queue(twohop_comm *c, bool *pending) {
+    int completed = 0;
+    while (!c->queue.empty()) {
+        QueuedCall *q = c->queue.front();
+        int rc = TWOHOP_OK;
+        if (!q->started) {
+            q->started = true;
+            q->since = Clock::now();
+            if (c->poisoned != TWOHOP_OK) {
+                rc = TWOHOP_ERR_POISONED;
+            } else if (q->job) {
+                c->call_first_seq = c->seq + 1;
+                // A stream-ordered call still on this rank's GPU writes this rank's flags.
+                rc = gpu_enqueue_drain(c);
+            }
+        }
+        if (rc == TWOHOP_OK && q->job) {
+            rc = c->poll_transport();
+            if (rc == TWOHOP_OK) rc = q->job->advance();
+        }
+        if (rc == TWOHOP_PENDING) {
+            if (q->job->steps() != q->steps_seen) {
+                q->steps_seen = q->job->steps();
+                q->since = Clock::now();
+            } else if (c->timeout_s > 0 &&
+                       std::chrono::duration<double>(Clock::now() - q->since).count() >
+                           c->timeout_s) {
+                finish_head(c, TWOHOP_ERR_TIMEOUT);
+                ++completed;
+                continue;
+            }
+            break;
+        }
+        finish_head(c, rc);
+        ++completed;
+    }
+    *pending = !c->queue.empty();
+    return completed;
+}
+
+} // namespace
+
+bool latency_path(const twohop_comm *c, uint64_t count, uint64_t item_bytes) {
+    // The path must be the same on every rank: scale by the largest node's rank count (the
+    // shard count), not by this node's.
+    const uint64_t bytes = count * item_bytes;
+    return bytes <= c->slot_bytes &&
+           bytes * static_cast<uint64_t>(c->topo.n_shards()) <= c->small_bytes;
+}
+
+std::unique_ptr<Job> make_job(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out,
+                              uint64_t count, const twohop_reduction &red) {
+    if (latency_path(c, count, red.item_bytes)) {
+        return std::unique_ptr<Job>(new LatencyJob(c, in, out, count, red));
+    }
+    return std::unique_ptr<Job>(new PipelineJob(c, in, out, count, red));
+}
+
+int drive(twohop_comm *c, Job &job) {
+    unsigned spins = 0;
+    uint64_t seen = job.steps();
+    Clock::time_point since{};
+    for (;;) {
+        int rc = job.advance();
+        if (rc != TWOHOP_PENDING) return rc;
+        // Flags usually move within a few checks: poll (UCX, Open MPI) every 16.
+        if (++spins % 16 != 0) continue;
+        if ((rc = c->poll()) != TWOHOP_OK) return rc;
+        if (c->timeout_s > 0) {
+            const auto now = Clock::now();
+            if (job.steps() != seen || spins == 16) {
+                seen = job.steps();
+                since = now;
+            } else if (std::chrono::duration<double>(now - since).count() > c->timeout_s) {
+                return TWOHOP_ERR_TIMEOUT;
+            }
+        }
+    }
+}
+
+void lock_engine(twohop_comm *c) {
+    unsigned spins = 0;
+    while (c->busy.exchange(true, std::memory_order_acquire)) {
+        if (++spins % 64 == 0) std::this_thread::yield();
+    }
+}
+
+void unlock_engine(twohop_comm *c) { c->busy.store(false, std::memory_order_release); }
+
+void drain_queue(twohop_comm *c) {
+    bool pending = !c->queue.empty();
+    unsigned spins = 0;
+    while (pending) {
+        (void)advance_queue(c, &pending);
+        if (pending && ++spins % 16 == 0) c->host.progress();
+    }
+}
+
+void forget_comm(twohop_comm *c) {
+    {
+        std::lock_guard<std::mutex> g(g_mutex);
+        g_active.erase(std::remove(g_active.begin(), g_active.end(), c), g_active.end());
+    }
+    for (QueuedCall *q : c->queue) {
+        delete q;
+        g_queued.fetch_sub(1, std::memory_order_relaxed);
+    }
+    c->queue.clear();
+}
+
+int progress_all() {
+    if (g_queued.load(std::memory_order_relaxed) == 0) return 0;
+    std::unique_lock<std::mutex> g(g_mutex, std::try_to_lock);
+    if (!g.owns_lock()) return 0;
+    int completed = 0;
+    for (size_t i = 0; i < g_active.size();) {
+        twohop_comm *c = g_active[i];
+        bool pending = true;
+        if (!c->busy.exchange(true, std::memory_order_acquire)) {
+            completed += advance_queue(c, &pending);
+            unlock_engine(c);
+        }
+        if (pending) {
+            ++i;
+        } else {
+            g_active[i] = g_active.back();
+            g_active.pop_back();
+        }
+    }
+    return completed;
+}
+
+/* Queues a call (engine lock held) and registers the communicator for progress. */
+static void enqueue_call(twohop_comm *c, QueuedCall *q) {
+    c->queue.push_back(q);
+    g_queued.fetch_add(1, std::memory_order_relaxed);
+    std::lock_guard<std::mutex> g(g_mutex);
+    if (std::find(g_active.begin(), g_active.end(), c) == g_active.end()) g_active.push_back(c);
+}
+
+} // namespace twohop
+
+extern "C" int twohop_comm_iallreduce(twohop_comm *c, const twohop_userbuf *in,
+                                      const twohop_userbuf *out, uint64_t count,
+                                      const twohop_reduction *red, twohop_done_fn done,
+                                      void *ctx) {
+    auto *q = new (std::nothrow) twohop::QueuedCall();
+    if (q == nullptr) return TWOHOP_ERR_NO_MEMORY;
+    q->done = done;
+    q->ctx = ctx;
+    if (count > 0) q->job = twohop::make_job(c, *in, *out, count, *red);
+    twohop::lock_engine(c);
+    twohop::enqueue_call(c, q);
+    // A first pass at once: publishes this rank's input early, and small calls whose peers
+    // are already there complete inside the start.
+    bool pending;
+    (void)twohop::advance_queue(c, &pending);
+    twohop::unlock_engine(c);
+    return TWOHOP_OK;
+}
+
+extern "C" int twohop_core_progress(void) { return twohop::progress_all(); }

@@ -1,0 +1,80 @@
+/*
+ * The engine: runs jobs (job.h) on a communicator, for the blocking call and for the calls in
+ * flight (non-blocking and persistent starts).
+ *
+ * Ownership and threads:
+ *   - A communicator's queue (twohop_comm::queue) holds its calls in flight in call order;
+ *     only the oldest runs (MPI matches collectives in program order, and the node's buffer
+ *     sets are shared by all calls of the communicator).
+ *   - twohop_comm::busy is the engine lock of the communicator. The thread that holds it may
+ *     touch the queue, the jobs and the communicator's per-call state; nobody else may. A
+ *     starting call and a blocking call take it (spinning: holders keep it for one pass of
+ *     work at most); the progress callback only tries it and skips a busy communicator, so it
+ *     never waits and never re-enters a communicator the same thread is already driving.
+ *   - A blocking call holds the lock from start to end: it first completes the calls queued
+ *     before it, then drives its own job (drive()).
+ *   - Process-wide, a registry lists the communicators with queued calls; progress_all()
+ *     (Open MPI: an opal_progress callback; any thread, any MPI thread level) advances them
+ *     and makes no MPI call other than completing requests through their done functions.
+ */
+#ifndef TWOHOP_SCHEDULE_ENGINE_H
+#define TWOHOP_SCHEDULE_ENGINE_H
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+
+#include "comm_state.h"
+#include "job.h"
+
+namespace twohop {
+
+/* One non-blocking or persistent start in a communicator's queue. */
+struct QueuedCall {
+    std::unique_ptr<Job> job;   // null: an empty call (count 0), completes at once
+    twohop_done_fn done = nullptr;
+    void *ctx = nullptr;
+    bool started = false;
+    uint64_t steps_seen = 0;    // job->steps() at the last check (timeouts)
+    std::chrono::steady_clock::time_point since{};
+};
+
+/*
+ * The job for `count` items from `in` to `out` with the path chosen from what is equal on all
+ * ranks (message bytes, the largest node's rank count, agreed parameters).
+ */
+std::unique_ptr<Job> make_job(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out,
+                              uint64_t count, const twohop_reduction &red);
+
+/* One-line reason of a failed call's status (log messages, `why` buffers). */
+const char *status_reason(int rc);
+
+/* Whether `count` items of `item_bytes` take the latency path (rank-invariant). */
+bool latency_path(const twohop_comm *c, uint64_t count, uint64_t item_bytes);
+
+/*
+ * Advances `job` until it finishes, polling the transport and the host MPI between advances;
+ * bounded by coll_twohop_timeout (time without a step). Returns its final status.
+ */
+int drive(twohop_comm *c, Job &job);
+
+/* Takes / releases the communicator's engine lock (spins, with host progress, while another
+ * thread holds it for a pass). */
+void lock_engine(twohop_comm *c);
+void unlock_engine(twohop_comm *c);
+
+/* With the engine lock held: completes every queued call (their done functions run). */
+void drain_queue(twohop_comm *c);
+
+/* Drops the communicator from the process's registry and deletes calls still queued without
+ * reporting them (its state is being freed; front ends keep the communicator alive while
+ * calls are in flight, so there are none). */
+void forget_comm(twohop_comm *c);
+
+/* Advances the queued calls of every communicator that is not busy; returns how many
+ * completed. Cheap when nothing is queued. */
+int progress_all();
+
+} // namespace twohop
+
+#endif

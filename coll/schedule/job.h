@@ -1,0 +1,34 @@
+/*
+ * A job: one allreduce in flight on one communicator, as a state machine that is advanced
+ * without ever waiting. Whoever has time advances it: the calling thread of a blocking call
+ * (drive(), engine.h: until it finishes), MPI progress for non-blocking and persistent calls
+ * (the progress callback, any thread, engine.h). A job touches only its communicator's state
+ * and only while its caller holds the communicator's engine lock (twohop_comm::busy).
+ *
+ * advance() returns TWOHOP_PENDING while the job waits for a flag or a transfer,
+ * TWOHOP_OK once the result is in the user's output, or an error status (the caller records
+ * the failure with twohop_comm::fail). The hop-2 transfers a job posts move only when the
+ * caller polls the transport (twohop_comm::poll_transport) between advances.
+ */
+#ifndef TWOHOP_SCHEDULE_JOB_H
+#define TWOHOP_SCHEDULE_JOB_H
+
+#include <cstdint>
+
+namespace twohop {
+
+class Job {
+  public:
+    virtual ~Job() = default;
+    /* Advances as far as possible without waiting; TWOHOP_PENDING, TWOHOP_OK or an error. */
+    virtual int advance() = 0;
+    /* Steps taken so far: a driver measures coll_twohop_timeout as time without a step. */
+    uint64_t steps() const { return steps_; }
+
+  protected:
+    uint64_t steps_ = 0;
+};
+
+} // namespace twohop
+
+#endif
