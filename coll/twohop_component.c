@@ -5,7 +5,8 @@
  * datatypes and ops into the core's twohop_reduction. The C++ core sits behind twohop_core.h.
  *
  * Selection: priority coll_twohop_priority (default 45, above tuned 30 and han 0); twohop
- * provides MPI_Allreduce only. At enable time the previously selected allreduce (function and
+ * provides MPI_Allreduce, and MPI_Iallreduce and persistent allreduce where the module below
+ * provides them (twohop_requests.c). At enable time the previously selected allreduce (function and
  * module) is saved and retained; every call twohop does not serve goes there, with the reason
  * at coll_twohop_verbose >= 1. Every decision depends only on what MPI requires to be equal on
  * all ranks -- the op and the type signature of the message (its predefined element types
@@ -39,6 +40,7 @@
 #include "opal/util/proc.h"
 
 #include "rc_settings.h"
+#include "twohop_adapter.h"
 #include "twohop_core.h"
 
 /*
@@ -76,32 +78,24 @@ _Static_assert(sizeof(MPI_Fint) == sizeof(int), "fint_2_int shim assumes 4-byte 
 
 /* ---------------------------------------------------------------- state ---- */
 
-static struct twohop_params params;
-static int output_stream = -1;
-static unsigned long long served_calls;   /* pvar coll_twohop_allreduce_calls */
-static unsigned long long fallback_calls; /* pvar coll_twohop_fallback_calls */
+struct twohop_params twohop_adapter_params;
+int twohop_adapter_output = -1;
+unsigned long long twohop_served_calls;   /* pvar coll_twohop_allreduce_calls */
+unsigned long long twohop_fallback_calls; /* pvar coll_twohop_fallback_calls */
 static struct twohop_rc_report *rc_report;  /* port counters at MPI_Init (rc_report=1) */
 /* MPI_THREAD_MULTIPLE was granted, as told at init_query. Recorded then because Open MPI 4.1's
  * MPI_T_init_thread() later overwrites the process's thread level (ompi_mpi_thread_provided,
  * MPI_Query_thread) with the level asked for MPI_T. */
 static bool mpi_threads;
 
-typedef struct twohop_module {
-    mca_coll_base_module_t super;
-    mca_coll_base_module_allreduce_fn_t prev_allreduce;
-    mca_coll_base_module_t *prev_allreduce_module;
-    ompi_communicator_t *comm;
-    twohop_comm *core;
-    int setup_state; /* 0 not yet, 1 ready, -1 failed: every call falls back, -2 broken:
-                        the ranks could not agree (every call is an error) */
-    char setup_failure[256];
-    const char *last_reason; /* last fallback reason printed (prints once per change) */
-    int error_reported;      /* a failed call was reported at verbosity 0 */
-} twohop_module;
 
 static void module_construct(twohop_module *m) {
     m->prev_allreduce = NULL;
     m->prev_allreduce_module = NULL;
+    m->prev_iallreduce = NULL;
+    m->prev_iallreduce_module = NULL;
+    m->prev_allreduce_init = NULL;
+    m->prev_allreduce_init_module = NULL;
     m->comm = NULL;
     m->core = NULL;
     m->setup_state = 0;
@@ -117,6 +111,14 @@ static void module_destruct(twohop_module *m) {
         OBJ_RELEASE(m->prev_allreduce_module);
         m->prev_allreduce_module = NULL;
     }
+    if (m->prev_iallreduce_module) {
+        OBJ_RELEASE(m->prev_iallreduce_module);
+        m->prev_iallreduce_module = NULL;
+    }
+    if (m->prev_allreduce_init_module) {
+        OBJ_RELEASE(m->prev_allreduce_init_module);
+        m->prev_allreduce_init_module = NULL;
+    }
 }
 
 static OBJ_CLASS_INSTANCE(twohop_module, mca_coll_base_module_t, module_construct,
@@ -128,7 +130,7 @@ static void host_log(int level, const char *msg) {
     if (level <= 0) {
         opal_output(0, "coll:twohop: %s", msg);
     } else {
-        opal_output_verbose(level, output_stream, "coll:twohop: %s", msg);
+        opal_output_verbose(level, twohop_adapter_output, "coll:twohop: %s", msg);
     }
 }
 
@@ -293,11 +295,6 @@ static int map_op(ompi_op_t *op) {
 
 /* ------------------------------------------------------------ memory kinds ---- */
 
-/* A canonical-layout buffer in memory the host must reach through its kind's copies. */
-typedef struct kind_view {
-    int kind;
-    char *base;
-} kind_view;
 
 static int kind_read(void *ctx, void *dst, uint64_t off, uint64_t len) {
     const kind_view *k = (const kind_view *)ctx;
@@ -309,20 +306,8 @@ static int kind_write(void *ctx, const void *src, uint64_t off, uint64_t len) {
     return twohop_kind_from_host(k->kind, k->base + off, src, (size_t)len);
 }
 
-/*
- * A host copy of the bytes `count` items of `dtype` occupy at buf (from the first to the last
- * byte of the type map, holes included), for memory the host must not touch directly: the
- * previous module or Open MPI's convertor then work on host memory only.
- */
-typedef struct staging {
-    char *user_lo;  /* first byte of the type map in user memory */
-    char *host;     /* its host copy */
-    size_t bytes;
-    ptrdiff_t true_lb;
-} staging;
 
-static int stage_in(staging *st, int kind, const char *buf, ompi_datatype_t *dtype,
-                    size_t count) {
+int stage_alloc(staging *st, const char *buf, ompi_datatype_t *dtype, size_t count) {
     ptrdiff_t lb, extent, true_lb, true_extent;
     ompi_datatype_get_extent(dtype, &lb, &extent);
     ompi_datatype_get_true_extent(dtype, &true_lb, &true_extent);
@@ -330,32 +315,27 @@ static int stage_in(staging *st, int kind, const char *buf, ompi_datatype_t *dty
     st->bytes = count ? (size_t)true_extent + (count - 1) * (size_t)extent : 0;
     st->user_lo = (char *)buf + true_lb;
     st->host = (char *)malloc(st->bytes + 1);
-    if (st->host == NULL) return TWOHOP_ERR_NO_MEMORY;
+    return st->host == NULL ? TWOHOP_ERR_NO_MEMORY : TWOHOP_OK;
+}
+
+int stage_copy_in(staging *st, int kind) {
     return twohop_kind_to_host(kind, st->host, st->user_lo, st->bytes);
 }
 
-/* The buffer address to give MPI-level code for the staged copy. */
-static char *staged_buf(const staging *st) { return st->host - st->true_lb; }
+int stage_in(staging *st, int kind, const char *buf, ompi_datatype_t *dtype, size_t count) {
+    const int rc = stage_alloc(st, buf, dtype, count);
+    return rc == TWOHOP_OK ? stage_copy_in(st, kind) : rc;
+}
 
-static int stage_out(staging *st, int kind) {
+/* The buffer address to give MPI-level code for the staged copy. */
+char *staged_buf(const staging *st) { return st->host - st->true_lb; }
+
+int stage_out(staging *st, int kind) {
     return twohop_kind_from_host(kind, st->user_lo, st->host, st->bytes);
 }
 
 /* ------------------------------------------------ layouts and conversion ---- */
 
-/*
- * How one rank reaches the canonical bytes of one user buffer (twohop_userbuf). For
- * predefined ops the canonical layout is an array of the signature's predefined element type
- * at its C layout (base_extent bytes each, holding base_size signature bytes); for user ops it
- * is the packed signature (item = type size bytes).
- */
-typedef struct layout_view {
-    ompi_datatype_t *dtype; /* the user's datatype and count */
-    size_t count;
-    char *buf;
-    ompi_datatype_t *base;  /* canonical element type, or NULL: canonical = packed */
-    size_t base_size, base_extent;
-} layout_view;
 
 /* Packed signature bytes [off, off+len) of the view's buffer <-> mem. */
 static int convert_packed(const layout_view *v, void *mem, uint64_t off, uint64_t len,
@@ -472,13 +452,6 @@ static void make_userbuf(twohop_userbuf *ub, layout_view *v, kind_view *kv, int 
     ub->write = view_write;
 }
 
-typedef struct user_op_ctx {
-    ompi_op_t *op;
-    ompi_datatype_t *dtype;
-    bool packed; /* the datatype's layout is its packed signature */
-    size_t size; /* type size: bytes of one item in the canonical (packed) layout */
-    ptrdiff_t extent, true_lb, true_extent;
-} user_op_ctx;
 
 /*
  * The user's function works on items in the user's own layout: a rank whose layout is not
@@ -651,12 +624,12 @@ static int setup(twohop_module *m) {
     a.size = ompi_comm_size(m->comm);
     a.thread_multiple = mpi_threads;
     a.host_key = fnv1a(opal_process_info.nodename);
-    a.virtual_nodes = params.virtual_nodes;
+    a.virtual_nodes = twohop_adapter_params.virtual_nodes;
     a.world_rank = ompi_comm_rank(&ompi_mpi_comm_world.comm);
     a.world_size = ompi_comm_size(&ompi_mpi_comm_world.comm);
     const opal_process_name_t *me = &ompi_proc_local()->super.proc_name;
     a.proc_key = ((uint64_t)me->jobid << 32) | me->vpid;
-    a.params = &params;
+    a.params = &twohop_adapter_params;
     a.host.ctx = m;
     a.host.isend = host_isend;
     a.host.irecv = host_irecv;
@@ -683,14 +656,14 @@ static int setup(twohop_module *m) {
                         "at coll_twohop_verbose 1)", m->comm->c_name, m->setup_failure);
         } else {
             char label[MPI_MAX_OBJECT_NAME + 32];
-            opal_output_verbose(1, output_stream, "coll:twohop: %s: set-up failed: %s",
+            opal_output_verbose(1, twohop_adapter_output, "coll:twohop: %s: set-up failed: %s",
                                 comm_label(m, label, sizeof(label)), m->setup_failure);
         }
     }
     return rc;
 }
 
-static int to_mpi_error(int rc) {
+int to_mpi_error(int rc) {
     switch (rc) {
     case TWOHOP_OK: return MPI_SUCCESS;
     case TWOHOP_ERR_NO_MEMORY: return OMPI_ERR_OUT_OF_RESOURCE;
@@ -698,6 +671,18 @@ static int to_mpi_error(int rc) {
     case TWOHOP_ERR_MISMATCH: return MPI_ERR_TRUNCATE;
     default: return OMPI_ERROR;
     }
+}
+
+/* Says why a call falls back (at verbose 1, once per change of reason) and counts it. */
+void log_fallback(twohop_module *m, const char *why, bool staged) {
+    if (why != m->last_reason) {
+        char label[MPI_MAX_OBJECT_NAME + 32];
+        opal_output_verbose(1, twohop_adapter_output, "coll:twohop: %s: allreduce falls back%s: %s",
+                            comm_label(m, label, sizeof(label)),
+                            staged ? " (buffers staged through host memory)" : "", why);
+        m->last_reason = why;
+    }
+    __atomic_add_fetch(&twohop_fallback_calls, 1, __ATOMIC_RELAXED);
 }
 
 /*
@@ -709,14 +694,7 @@ static int to_mpi_error(int rc) {
 static int fallback(twohop_module *m, const char *why, const void *sbuf, void *rbuf, int count,
                     ompi_datatype_t *dtype, ompi_op_t *op, int kin, int kout) {
     const bool staged = kin != TWOHOP_KIND_HOST || kout != TWOHOP_KIND_HOST;
-    if (why != m->last_reason) {
-        char label[MPI_MAX_OBJECT_NAME + 32];
-        opal_output_verbose(1, output_stream, "coll:twohop: %s: allreduce falls back%s: %s",
-                            comm_label(m, label, sizeof(label)),
-                            staged ? " (buffers staged through host memory)" : "", why);
-        m->last_reason = why;
-    }
-    __atomic_add_fetch(&fallback_calls, 1, __ATOMIC_RELAXED);
+    log_fallback(m, why, staged);
     if (!staged || count <= 0) {
         return m->prev_allreduce(sbuf, rbuf, count, dtype, op, m->comm, m->prev_allreduce_module);
     }
@@ -750,120 +728,148 @@ static bool join_stream(bool *enqueue, void *stream) {
 }
 
 /*
+ * How a call is served, decided from the op, the type signature and the agreed set-up only
+ * (identical on every rank); fills a->red and the canonical element description for
+ * CALL_SERVE and sets *why for CALL_FALLBACK. Runs the communicator's set-up on first use.
+ */
+call_route route_call(twohop_module *m, int count, ompi_datatype_t *dtype, ompi_op_t *op,
+                      call_args *a, const char **why) {
+    size_t type_size;
+    *why = NULL;
+    if (count < 0) {
+        *why = "negative count";
+        return CALL_FALLBACK;
+    }
+    ompi_datatype_type_size(dtype, &type_size);
+    if (count == 0 || type_size == 0) return CALL_EMPTY; /* empty signature on every rank */
+    *why = classify(dtype, op, &a->red, &a->uctx, &a->base, &a->base_size, &a->base_extent,
+                    &a->elems_per_item);
+    if (*why) return CALL_FALLBACK;
+    if (m->setup_state == 0) (void)setup(m);
+    if (m->setup_state == -2) return CALL_BROKEN; /* reported once in setup() */
+    if (m->setup_state < 0) {
+        *why = "set-up failed";
+        return CALL_FALLBACK;
+    }
+    *why = twohop_comm_cannot_serve(m->core, (uint64_t)count, a->red.item_bytes);
+    return *why ? CALL_FALLBACK : CALL_SERVE;
+}
+
+/*
+ * This rank's access to its buffers for a served call (layouts and memory kinds may differ
+ * between ranks): fills a->in/out and a->n. Memory of another kind in a non-canonical layout
+ * is staged whole through host memory (a->sin/sout, copied in here; the caller copies sout
+ * back after the call). Returns a twohop_status.
+ */
+int prepare_buffers(call_args *a, const void *sbuf, void *rbuf, int count,
+                    ompi_datatype_t *dtype) {
+    const bool in_place = sbuf == MPI_IN_PLACE;
+    const size_t cnt = (size_t)count;
+    char *ibuf = (char *)(in_place ? rbuf : sbuf), *obuf = (char *)rbuf;
+    int ki = a->kin, ko = a->kout;
+    int rc = TWOHOP_OK;
+    memset(&a->sin, 0, sizeof(a->sin));
+    memset(&a->sout, 0, sizeof(a->sout));
+    a->n = (uint64_t)count * a->elems_per_item;
+    const bool canonical =
+        layout_is_canonical(dtype, cnt, a->base, a->base_size, a->base_extent);
+    if (ko != TWOHOP_KIND_HOST && !canonical) {
+        rc = stage_in(&a->sout, ko, obuf, dtype, cnt);
+        obuf = staged_buf(&a->sout);
+        if (in_place) ibuf = obuf, ki = TWOHOP_KIND_HOST;
+        ko = TWOHOP_KIND_HOST;
+    }
+    if (rc == TWOHOP_OK && ki != TWOHOP_KIND_HOST && !canonical) {
+        rc = stage_in(&a->sin, ki, ibuf, dtype, cnt);
+        ibuf = staged_buf(&a->sin);
+        ki = TWOHOP_KIND_HOST;
+    }
+    make_userbuf(&a->out, &a->vout, &a->kvout, ko, obuf, dtype, cnt, a->base, a->base_size,
+                 a->base_extent);
+    make_userbuf(&a->in, &a->vin, &a->kvin, ki, ibuf, dtype, cnt, a->base, a->base_size,
+                 a->base_extent);
+    if (a->red.op == TWOHOP_OP_USER) a->uctx.packed = layout_is_packed(dtype, cnt);
+    return rc;
+}
+
+/* Copies a staged output back (after a successful call) and frees the staging copies. */
+int finish_buffers(call_args *a, int rc) {
+    if (rc == TWOHOP_OK && a->sout.host) rc = stage_out(&a->sout, a->kout);
+    free(a->sin.host);
+    free(a->sout.host);
+    a->sin.host = a->sout.host = NULL;
+    return rc;
+}
+
+/* Logs a served call at verbose 3 (`form`: "allreduce", "iallreduce", ...). */
+void log_call(twohop_module *m, const char *form, const call_args *a, bool in_place) {
+    if (OPAL_LIKELY(twohop_adapter_params.verbose < 3)) return;
+    opal_output_verbose(3, twohop_adapter_output,
+                        "coll:twohop: comm %s: %s of %llu x %zu bytes, %s %s%s%s%s",
+                        m->comm->c_name, form, (unsigned long long)a->n, a->red.item_bytes,
+                        a->red.op == TWOHOP_OP_USER ? "user type" : twohop_dtype_name(a->red.dtype),
+                        twohop_op_name(a->red.op), in_place ? ", in place" : "",
+                        a->in.direct && a->out.direct ? "" : ", converted layout",
+                        a->kin != TWOHOP_KIND_HOST || a->kout != TWOHOP_KIND_HOST
+                            ? ", device memory" : "");
+}
+
+/* Reports a served call's failure at the default verbosity, once per communicator. */
+void report_failure(twohop_module *m, const char *why) {
+    if (__atomic_exchange_n(&m->error_reported, 1, __ATOMIC_RELAXED)) return;
+    char label[MPI_MAX_OBJECT_NAME + 32];
+    opal_output(0, "coll:twohop: %s: allreduce failed: %s", comm_label(m, label, sizeof(label)),
+                why);
+}
+
+/*
  * MPI_Allreduce through twohop (enqueue false) or its stream-ordered form (enqueue true,
  * `stream` the application's CUstream): every path that falls back, stages or runs on the
  * host first joins the stream (join_stream), so only the node's GPU path is asynchronous.
  */
 static int allreduce_impl(const void *sbuf, void *rbuf, int count, ompi_datatype_t *dtype,
                           ompi_op_t *op, twohop_module *m, bool enqueue, void *stream) {
-    twohop_reduction red;
-    user_op_ctx uctx;
-    ompi_datatype_t *base;
-    size_t base_size, base_extent, elems_per_item;
-    size_t type_size;
+    call_args a;
     const bool in_place = sbuf == MPI_IN_PLACE;
     /* How this rank reaches its buffers: never part of a decision. */
-    const int kout = count > 0 ? twohop_memory_kind(rbuf) : TWOHOP_KIND_HOST;
-    const int kin = in_place || count <= 0 ? kout : twohop_memory_kind(sbuf);
-#define TWOHOP_JOIN()                                                                          \
-    do {                                                                                       \
-        if (!join_stream(&enqueue, stream)) {                                                  \
-            opal_output(0, "coll:twohop: comm %s: twohop_allreduce_enqueue: waiting for the "  \
-                        "application's CUDA stream failed (the stream or its device is in an " \
-                        "error state)", m->comm->c_name);                                      \
-            return MPI_ERR_OTHER;                                                              \
-        }                                                                                      \
-    } while (0)
-    if (count < 0) {
-        TWOHOP_JOIN();
-        return fallback(m, "negative count", sbuf, rbuf, count, dtype, op, kin, kout);
-    }
-    ompi_datatype_type_size(dtype, &type_size);
-    if (count == 0 || type_size == 0) return MPI_SUCCESS; /* empty signature on every rank */
-    const char *why = classify(dtype, op, &red, &uctx, &base, &base_size, &base_extent,
-                               &elems_per_item);
-    if (why) {
-        TWOHOP_JOIN();
-        return fallback(m, why, sbuf, rbuf, count, dtype, op, kin, kout);
-    }
-    if (m->setup_state == 0) (void)setup(m);
-    if (m->setup_state == -2) {
-        return MPI_ERR_OTHER; /* reported once in setup(); the ranks cannot agree any more */
-    }
-    if (m->setup_state < 0) {
-        TWOHOP_JOIN();
-        return fallback(m, "set-up failed", sbuf, rbuf, count, dtype, op, kin, kout);
-    }
-    why = twohop_comm_cannot_serve(m->core, (uint64_t)count, red.item_bytes);
-    if (why) {
-        TWOHOP_JOIN();
-        return fallback(m, why, sbuf, rbuf, count, dtype, op, kin, kout);
-    }
+    a.kout = count > 0 ? twohop_memory_kind(rbuf) : TWOHOP_KIND_HOST;
+    a.kin = in_place || count <= 0 ? a.kout : twohop_memory_kind(sbuf);
+    const char *why;
+    const call_route route = route_call(m, count, dtype, op, &a, &why);
+    if (route == CALL_EMPTY) return MPI_SUCCESS;
+    if (route == CALL_BROKEN) return MPI_ERR_OTHER;
     /* Only device buffers of the canonical layout can stay on the stream. */
-    if (enqueue && (kin != TWOHOP_KIND_CUDA || kout != TWOHOP_KIND_CUDA ||
-                    !layout_is_canonical(dtype, (size_t)count, base, base_size, base_extent))) {
-        TWOHOP_JOIN();
+    if (enqueue && (route == CALL_FALLBACK || a.kin != TWOHOP_KIND_CUDA ||
+                    a.kout != TWOHOP_KIND_CUDA ||
+                    !layout_is_canonical(dtype, (size_t)count, a.base, a.base_size,
+                                         a.base_extent))) {
+        if (!join_stream(&enqueue, stream)) {
+            opal_output(0, "coll:twohop: comm %s: twohop_allreduce_enqueue: waiting for the "
+                        "application's CUDA stream failed (the stream or its device is in an "
+                        "error state)", m->comm->c_name);
+            return MPI_ERR_OTHER;
+        }
     }
-#undef TWOHOP_JOIN
-
-    /* This rank's access to its buffers (layouts and memory kinds may differ between ranks).
-     * Memory of another kind in a non-canonical layout is staged whole through host memory. */
-    const uint64_t n = (uint64_t)count * elems_per_item;
-    const size_t cnt = (size_t)count;
-    twohop_userbuf in, out;
-    layout_view vin, vout;
-    kind_view kvin, kvout;
-    staging sin = {0}, sout = {0};
-    char *ibuf = (char *)(in_place ? rbuf : sbuf), *obuf = (char *)rbuf;
-    int ki = kin, ko = kout;
-    int rc = TWOHOP_OK;
-    if (ko != TWOHOP_KIND_HOST &&
-        !layout_is_canonical(dtype, cnt, base, base_size, base_extent)) {
-        rc = stage_in(&sout, ko, obuf, dtype, cnt);
-        obuf = staged_buf(&sout);
-        if (in_place) ibuf = obuf, ki = TWOHOP_KIND_HOST;
-        ko = TWOHOP_KIND_HOST;
+    if (route == CALL_FALLBACK) {
+        return fallback(m, why, sbuf, rbuf, count, dtype, op, a.kin, a.kout);
     }
-    if (rc == TWOHOP_OK && ki != TWOHOP_KIND_HOST &&
-        !layout_is_canonical(dtype, cnt, base, base_size, base_extent)) {
-        rc = stage_in(&sin, ki, ibuf, dtype, cnt);
-        ibuf = staged_buf(&sin);
-        ki = TWOHOP_KIND_HOST;
-    }
-    make_userbuf(&out, &vout, &kvout, ko, obuf, dtype, cnt, base, base_size, base_extent);
-    make_userbuf(&in, &vin, &kvin, ki, ibuf, dtype, cnt, base, base_size, base_extent);
-    if (red.op == TWOHOP_OP_USER) uctx.packed = layout_is_packed(dtype, cnt);
-    if (OPAL_UNLIKELY(params.verbose >= 3)) {
-        opal_output_verbose(3, output_stream,
-                            "coll:twohop: comm %s: allreduce of %llu x %zu bytes, %s %s%s%s%s",
-                            m->comm->c_name, (unsigned long long)n, red.item_bytes,
-                            red.op == TWOHOP_OP_USER ? "user type" : twohop_dtype_name(red.dtype),
-                            twohop_op_name(red.op), in_place ? ", in place" : "",
-                            in.direct && out.direct ? "" : ", converted layout",
-                            kin != TWOHOP_KIND_HOST || kout != TWOHOP_KIND_HOST
-                                ? ", device memory" : "");
-    }
+    int rc = prepare_buffers(&a, sbuf, rbuf, count, dtype);
+    log_call(m, enqueue ? "stream-ordered allreduce" : "allreduce", &a, in_place);
     char fail_why[256] = "";
     if (rc == TWOHOP_OK && enqueue) { /* stays on the stream, or completes blocking */
         int enqueued = 0;
-        rc = twohop_comm_allreduce_enqueue(m->core, &in, &out, n, &red, stream, &enqueued,
-                                           fail_why, sizeof(fail_why));
+        rc = twohop_comm_allreduce_enqueue(m->core, &a.in, &a.out, a.n, &a.red, stream,
+                                           &enqueued, fail_why, sizeof(fail_why));
     } else if (rc == TWOHOP_OK) {
-        rc = twohop_comm_allreduce(m->core, &in, &out, n, &red, fail_why, sizeof(fail_why));
-        if (rc == TWOHOP_OK && sout.host) rc = stage_out(&sout, kout);
+        rc = twohop_comm_allreduce(m->core, &a.in, &a.out, a.n, &a.red, fail_why,
+                                   sizeof(fail_why));
     } else {
         snprintf(fail_why, sizeof(fail_why), "staging a device buffer through host memory failed");
         twohop_comm_abort(m->core, rc, fail_why); /* the others must not wait for this rank */
     }
-    free(sin.host);
-    free(sout.host);
-    __atomic_add_fetch(&served_calls, 1, __ATOMIC_RELAXED);
-    if (rc != TWOHOP_OK && !m->error_reported) {
-        m->error_reported = 1;
-        char label[MPI_MAX_OBJECT_NAME + 32];
-        opal_output(0, "coll:twohop: %s: allreduce failed: %s",
-                    comm_label(m, label, sizeof(label)), fail_why);
-    }
+    rc = finish_buffers(&a, rc);
+    __atomic_add_fetch(&twohop_served_calls, 1, __ATOMIC_RELAXED);
+    if (rc != TWOHOP_OK) report_failure(m, fail_why[0] ? fail_why : "staging a device buffer back failed");
     return to_mpi_error(rc);
 }
 
@@ -920,21 +926,41 @@ static int twohop_module_enable(mca_coll_base_module_t *module, ompi_communicato
     m->prev_allreduce = comm->c_coll->coll_allreduce;
     m->prev_allreduce_module = comm->c_coll->coll_allreduce_module;
     if (m->prev_allreduce == NULL || m->prev_allreduce_module == NULL) {
-        opal_output_verbose(1, output_stream,
+        opal_output_verbose(1, twohop_adapter_output,
                             "coll:twohop: comm %s: no allreduce selected below twohop to fall "
                             "back to; twohop disabled on it", comm->c_name);
         return OMPI_ERROR;
     }
     OBJ_RETAIN(m->prev_allreduce_module);
+    /* Non-blocking and persistent forms only where the module below provides them too (the
+     * calls twohop does not serve go there); the function table is copied after enable. */
+    m->prev_iallreduce = comm->c_coll->coll_iallreduce;
+    m->prev_iallreduce_module = comm->c_coll->coll_iallreduce_module;
+    if (m->prev_iallreduce && m->prev_iallreduce_module) {
+        OBJ_RETAIN(m->prev_iallreduce_module);
+    } else {
+        m->prev_iallreduce = NULL;
+        m->prev_iallreduce_module = NULL;
+        m->super.coll_iallreduce = NULL;
+    }
+    m->prev_allreduce_init = comm->c_coll->coll_allreduce_init;
+    m->prev_allreduce_init_module = comm->c_coll->coll_allreduce_init_module;
+    if (m->prev_allreduce_init && m->prev_allreduce_init_module) {
+        OBJ_RETAIN(m->prev_allreduce_init_module);
+    } else {
+        m->prev_allreduce_init = NULL;
+        m->prev_allreduce_init_module = NULL;
+        m->super.coll_allreduce_init = NULL;
+    }
     TWOHOP_HANDOFF_RELEASE(m);
     return OMPI_SUCCESS;
 }
 
 static mca_coll_base_module_t *twohop_comm_query(ompi_communicator_t *comm, int *priority) {
-    *priority = params.priority;
-    if (params.priority < 0) return NULL;
+    *priority = twohop_adapter_params.priority;
+    if (twohop_adapter_params.priority < 0) return NULL;
     if (OMPI_COMM_IS_INTER(comm)) {
-        opal_output_verbose(2, output_stream,
+        opal_output_verbose(2, twohop_adapter_output,
                             "coll:twohop: comm %s: intercommunicator, not selected", comm->c_name);
         return NULL;
     }
@@ -943,6 +969,8 @@ static mca_coll_base_module_t *twohop_comm_query(ompi_communicator_t *comm, int 
     if (m == NULL) return NULL;
     m->super.coll_module_enable = twohop_module_enable;
     m->super.coll_allreduce = twohop_allreduce;
+    m->super.coll_iallreduce = twohop_iallreduce;
+    m->super.coll_allreduce_init = twohop_allreduce_init;
     return &m->super;
 }
 
@@ -950,13 +978,13 @@ static int twohop_init_query(bool enable_progress_threads, bool enable_mpi_threa
     (void)enable_progress_threads;
     mpi_threads = enable_mpi_threads;
     /* The first rank of each node snapshots the InfiniBand port counters for the job report. */
-    if (params.rc_report && rc_report == NULL && opal_process_info.my_local_rank == 0) {
+    if (twohop_adapter_params.rc_report && rc_report == NULL && opal_process_info.my_local_rank == 0) {
         rc_report = twohop_rc_report_begin(NULL, NULL);
     }
     return OMPI_SUCCESS;
 }
 
-/* ------------------------------------------------------ component, params ---- */
+/* ------------------------------------------------------ component, twohop_adapter_params ---- */
 
 static int get_counter(const struct mca_base_pvar_t *pvar, void *value, void *obj) {
     (void)obj;
@@ -1001,17 +1029,27 @@ static int twohop_register(void) {
 #define TWOHOP_VAR_BOOL MCA_BASE_VAR_TYPE_BOOL
 #define TWOHOP_VAR_STRING MCA_BASE_VAR_TYPE_STRING
 #define TWOHOP_PARAM(name, kind, def, level, doc)                                              \
-    params.name = def;                                                                         \
+    twohop_adapter_params.name = def;                                                                         \
     (void)mca_base_component_var_register(c, #name, doc, TWOHOP_VAR_##kind, NULL, 0, 0,       \
                                           (mca_base_var_info_lvl_t)(OPAL_INFO_LVL_1 + (level)-1), \
-                                          MCA_BASE_VAR_SCOPE_READONLY, &params.name);
+                                          MCA_BASE_VAR_SCOPE_READONLY, &twohop_adapter_params.name);
 #include "params.def"
 #undef TWOHOP_PARAM
-    register_counter(c, "allreduce_calls", "MPI_Allreduce calls executed by twohop's own algorithm",
-                     &served_calls);
+    register_counter(c, "allreduce_calls",
+                     "Allreduce calls executed by twohop's own algorithm, in every form "
+                     "(MPI_Allreduce, MPI_Iallreduce, each start of a persistent allreduce, "
+                     "the stream-ordered call)", &twohop_served_calls);
     register_counter(c, "fallback_calls",
-                     "MPI_Allreduce calls twohop handed to the previously selected module",
-                     &fallback_calls);
+                     "Allreduce calls twohop handed to the previously selected module (a "
+                     "persistent allreduce handed over counts once, at its initialisation)",
+                     &twohop_fallback_calls);
+    register_counter(c, "nonblocking_calls",
+                     "MPI_Iallreduce calls executed by twohop's own algorithm (also counted in "
+                     "allreduce_calls)", &twohop_nonblocking_calls);
+    register_counter(c, "persistent_starts",
+                     "Starts of persistent allreduces (MPI_Allreduce_init, MPIX_Allreduce_init) "
+                     "executed by twohop's own algorithm (also counted in allreduce_calls)",
+                     &twohop_persistent_starts);
     register_counter(c, "gpu_path_calls",
                      "MPI_Allreduce calls twohop served with its GPU path (CUDA IPC and device "
                      "kernels)", twohop_gpu_calls_counter());
@@ -1040,8 +1078,8 @@ static int twohop_register(void) {
  */
 static int twohop_open(void) {
     build_type_table();
-    output_stream = opal_output_open(NULL);
-    opal_output_set_verbosity(output_stream, params.verbose);
+    twohop_adapter_output = opal_output_open(NULL);
+    opal_output_set_verbosity(twohop_adapter_output, twohop_adapter_params.verbose);
     char version[MPI_MAX_LIBRARY_VERSION_STRING];
     int len = 0, major = -1, minor = -1, release = -1;
     MPI_Get_library_version(version, &len);
@@ -1049,7 +1087,7 @@ static int twohop_open(void) {
     if (v) sscanf(v, "Open MPI v%d.%d.%d", &major, &minor, &release);
     if (major != OMPI_MAJOR_VERSION || minor != OMPI_MINOR_VERSION ||
         release != OMPI_RELEASE_VERSION) {
-        opal_output_verbose(1, output_stream,
+        opal_output_verbose(1, twohop_adapter_output,
                             "coll:twohop: built against Open MPI %d.%d.%d but running in %d.%d.%d;"
                             " declining (rebuild twohop against this Open MPI)",
                             OMPI_MAJOR_VERSION, OMPI_MINOR_VERSION, OMPI_RELEASE_VERSION, major,
@@ -1058,7 +1096,7 @@ static int twohop_open(void) {
     }
     /* Invalid RC values are reported loudly here; the decision to fall back is taken
      * collectively at communicator set-up (a per-rank decline could deadlock). */
-    struct twohop_rc_settings rc = twohop_rc_from_params(&params);
+    struct twohop_rc_settings rc = twohop_rc_from_params(&twohop_adapter_params);
     char err[512];
     if (twohop_rc_validate(&rc, err, sizeof(err)) != TWOHOP_RC_OK) {
         opal_output(0, "coll:twohop: %s; multi-node communicators will fall back", err);
@@ -1066,19 +1104,20 @@ static int twohop_open(void) {
     /* Loading twohop must not change how the application's crashes are reported. */
     twohop_core_quiet_signals();
     char why[256] = "";
-    if (!twohop_memory_kinds_init(params.test_poisoned_memory, why, sizeof(why))) {
-        opal_output_verbose(2, output_stream, "coll:twohop: device buffers not served: %s", why);
+    if (!twohop_memory_kinds_init(twohop_adapter_params.test_poisoned_memory, why, sizeof(why))) {
+        opal_output_verbose(2, twohop_adapter_output, "coll:twohop: device buffers not served: %s", why);
     }
     return OMPI_SUCCESS;
 }
 
 static int twohop_close(void) {
+    twohop_requests_finalize();
     if (rc_report) {
         (void)twohop_rc_report_end(rc_report, stdout);
         rc_report = NULL;
     }
     twohop_core_finalize();
-    if (output_stream >= 0) opal_output_close(output_stream);
-    output_stream = -1;
+    if (twohop_adapter_output >= 0) opal_output_close(twohop_adapter_output);
+    twohop_adapter_output = -1;
     return OMPI_SUCCESS;
 }

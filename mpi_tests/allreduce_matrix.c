@@ -14,6 +14,13 @@
  * communicator (a 64-bit hash of the significant bytes of every case is gathered; the random
  * float cases gather the full result and memcmp it).
  *
+ * Forms (--form): blocking MPI_Allreduce (default); nonblocking MPI_Iallreduce, the first call
+ * completed with MPI_Wait and the second with an MPI_Test loop; persistent
+ * MPI_Allreduce_init / MPIX_Allreduce_init once per case, MPI_Start + MPI_Wait per call,
+ * MPI_Request_free after both. The pvar check then also requires coll_twohop_nonblocking_calls
+ * / coll_twohop_persistent_starts to move by the calls twohop served (a persistent allreduce
+ * handed back counts one fallback, at its initialisation).
+ *
  * Modes: default full matrix, --quick (smaller), --big (one > 2 GiB message). A SIGALRM
  * watchdog aborts the job after --timeout seconds, naming the case that was running.
  * Exit status: 0 when every check passed on every rank, 1 otherwise.
@@ -60,9 +67,13 @@ static void usage(void) {
         "usage: allreduce_matrix [--expect twohop|none] [--quick] [--big [--big-gib G]]\n"
         "                        [--timeout S] [--vnodes SPEC] [--type SUBSTR] [--shape NAME]\n"
         "                        [--tolerate-ompi-bugs] [--verbose]\n"
+        "                        [--form blocking|nonblocking|persistent]\n"
         "  --expect twohop  require the twohop pvars and check exactly which calls twohop\n"
         "                   served / handed back (default); none: results only\n"
         "  --quick          smaller matrix (fewer shapes and counts)\n"
+        "  --form F         blocking MPI_Allreduce (default), nonblocking MPI_Iallreduce\n"
+        "                   (Wait, then a Test loop), persistent MPI_Allreduce_init\n"
+        "                   (MPIX_ on Open MPI 4.1) started twice\n"
         "  --big            only the > 2 GiB case (MPI_Type_contiguous(256, MPI_INT), user_sum)\n"
         "  --big-gib G      its size in GiB (default 2.001)\n"
         "  --timeout S      watchdog: abort after S seconds (default 240)\n"
@@ -100,6 +111,22 @@ static int parse_args(int argc, char **argv, struct options *o) {
             o->tolerate_ompi_bugs = true;
         } else if (!strcmp(a, "--poison")) {
             o->poison = true;
+        } else if (!strcmp(a, "--form") && v) {
+            if (!strcmp(v, "blocking")) {
+                o->form = FORM_BLOCKING;
+            } else if (!strcmp(v, "nonblocking")) {
+                o->form = FORM_NONBLOCKING;
+            } else if (!strcmp(v, "persistent")) {
+#ifdef MATRIX_ALLREDUCE_INIT
+                o->form = FORM_PERSISTENT;
+#else
+                fprintf(stderr, "allreduce_matrix: this MPI has no persistent allreduce\n");
+                return -1;
+#endif
+            } else {
+                return -1;
+            }
+            i++;
         } else if (!strcmp(a, "--verbose")) {
             o->verbose = true;
         } else if (!strcmp(a, "--timeout") && v) {
@@ -470,7 +497,29 @@ void detail(struct ctx *cx, const struct shape *s, int t, int op, long long coun
 }
 
 /*
- * Runs one case (two MPI_Allreduce calls) and records its outcome.
+ * One allreduce in the matrix's form (call 0 or 1 of a case): MPI_Allreduce; MPI_Iallreduce
+ * completed by MPI_Wait (call 0) or an MPI_Test loop (call 1); or MPI_Start + MPI_Wait of
+ * the persistent request *preq. Returns the MPI error code.
+ */
+static int call_form(int form, int call, MPI_Request *preq, const void *sb, void *rb, int n,
+                     MPI_Datatype dt, MPI_Op op, MPI_Comm comm) {
+    if (form == FORM_BLOCKING) return MPI_Allreduce(sb, rb, n, dt, op, comm);
+    if (form == FORM_PERSISTENT) {
+        if (*preq == MPI_REQUEST_NULL) return MPI_ERR_REQUEST;
+        int rc = MPI_Start(preq);
+        return rc != MPI_SUCCESS ? rc : MPI_Wait(preq, MPI_STATUS_IGNORE);
+    }
+    MPI_Request req;
+    int rc = MPI_Iallreduce(sb, rb, n, dt, op, comm, &req);
+    if (rc != MPI_SUCCESS) return rc;
+    if (call == 0) return MPI_Wait(&req, MPI_STATUS_IGNORE);
+    int flag = 0;
+    while (rc == MPI_SUCCESS && !flag) rc = MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
+    return rc;
+}
+
+/*
+ * Runs one case (two allreduce calls in the matrix's form) and records its outcome.
  */
 static void run_case(struct ctx *cx, int si, int t, int op, long long count, int inplace) {
     struct shape *s = &cx->shapes[si];
@@ -486,7 +535,10 @@ static void run_case(struct ctx *cx, int si, int t, int op, long long count, int
     size_t bytes = (size_t)count * ty->extent;     /* MPI layout */
     bool reaches = p >= 2 && count > 0;
     bool fb = reaches && (ty->must_fallback || mt_op_must_fallback(op));
+    const int form = cx->opt.form;
     unsigned long long exp_served = reaches && !fb ? 2 : 0, exp_fb = fb ? 2 : 0;
+    if (form == FORM_PERSISTENT && fb) exp_fb = 1; /* handed back once, at initialisation */
+    const unsigned long long exp_form = form == FORM_BLOCKING ? 0 : exp_served;
 
     const void *ref = reference(cx, t, op, count, p);
     unsigned char *in = scratch(cx, 0, pbytes + 1);
@@ -507,6 +559,17 @@ static void run_case(struct ctx *cx, int si, int t, int op, long long count, int
     uint64_t hashes[2] = {0, 0};
     char msg[MPI_MAX_ERROR_STRING + 64];
     struct twohop_counts c0 = twohop_pvars_read(&cx->pv);
+    MPI_Request preq = MPI_REQUEST_NULL;
+#ifdef MATRIX_ALLREDUCE_INIT
+    if (form == FORM_PERSISTENT) {
+        int rc = MATRIX_ALLREDUCE_INIT(inplace ? MPI_IN_PLACE : sendb + GUARD, recvb + GUARD,
+                                       (int)count, ty->dt, mt_op_handle(op), s->comm,
+                                       MPI_INFO_NULL, &preq);
+        if (rc != MPI_SUCCESS) {
+            detail(cx, s, t, op, count, inplace, "persistent allreduce initialisation failed");
+        }
+    }
+#endif
     for (int call = 0; call < 2; call++) {
         memset(sendb, 0, bytes + 2 * GUARD);
         memset(recvb, CANARY, GUARD);
@@ -522,8 +585,8 @@ static void run_case(struct ctx *cx, int si, int t, int op, long long count, int
         uint64_t send_hash = mt_hash(sendb, bytes + 2 * GUARD, 1);
         const bool poisoned = cx->opt.poison && reaches;
         if (poisoned) poison_buffers(cx, true);
-        int rc = MPI_Allreduce(inplace ? MPI_IN_PLACE : sendb + GUARD, recvb + GUARD, (int)count,
-                               ty->dt, mt_op_handle(op), s->comm);
+        int rc = call_form(form, call, &preq, inplace ? MPI_IN_PLACE : sendb + GUARD,
+                           recvb + GUARD, (int)count, ty->dt, mt_op_handle(op), s->comm);
         if (poisoned) poison_buffers(cx, false);
         if (call == 0) {
             inject_fault(cx, ty, sendb, recvb, bytes, count, inplace);
@@ -565,7 +628,17 @@ static void run_case(struct ctx *cx, int si, int t, int op, long long count, int
         size_t sl = mt_sig_pack(ty->ct, out, nbase, sig);
         hashes[call] = mt_hash(sig, sl, 7);
     }
+    if (preq != MPI_REQUEST_NULL) MPI_Request_free(&preq);
     struct twohop_counts c2 = twohop_pvars_read(&cx->pv);
+    const unsigned long long dform = form == FORM_NONBLOCKING ? c2.nonblocking - c0.nonblocking
+                                     : form == FORM_PERSISTENT ? c2.persistent - c0.persistent
+                                                               : 0;
+    if (cx->opt.expect_twohop && dform != exp_form) {
+        snprintf(msg, sizeof msg, "pvars: twohop served %llu calls in this form (want %llu)",
+                 dform, exp_form);
+        detail(cx, s, t, op, count, inplace, msg);
+        rec->fail |= F_PVAR;
+    }
     if (hashes[0] != hashes[1] && !(rec->fail & F_MPI)) {
         detail(cx, s, t, op, count, inplace, "second call gave different bits");
         rec->fail |= F_REPEAT;

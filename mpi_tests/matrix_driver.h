@@ -53,7 +53,23 @@ struct options {
     bool tolerate_ompi_bugs; /* --tolerate-ompi-bugs: known 4.1.4 value bugs are not failures */
     const char *inject;      /* --inject value|canary|sendbuf|gap: harness self-test */
     bool poison;             /* --poison: user buffers PROT_NONE during each served call */
+    int form;                /* --form: FORM_BLOCKING, FORM_NONBLOCKING or FORM_PERSISTENT */
 };
+
+enum { FORM_BLOCKING, FORM_NONBLOCKING, FORM_PERSISTENT };
+
+/*
+ * The persistent allreduce of this MPI: MPI_Allreduce_init (MPI 4), Open MPI 4.1's
+ * MPIX_Allreduce_init (pcollreq extension); MATRIX_ALLREDUCE_INIT undefined when neither.
+ */
+#if MPI_VERSION >= 4
+#define MATRIX_ALLREDUCE_INIT MPI_Allreduce_init
+#elif defined(OPEN_MPI)
+#include <mpi-ext.h>
+#if defined(OMPI_HAVE_MPI_EXT_PCOLLREQ) && OMPI_HAVE_MPI_EXT_PCOLLREQ
+#define MATRIX_ALLREDUCE_INIT MPIX_Allreduce_init
+#endif
+#endif
 
 /* One communicator shape of the matrix. */
 struct shape {

@@ -113,12 +113,19 @@ bool twohop_pvars_open(struct twohop_pvars *pv) {
     int bells_idx = find_pvar("coll_twohop_doorbells", ignored, sizeof ignored);
     pv->has_bells = bells_idx >= 0 && MPI_T_pvar_handle_alloc(pv->session, bells_idx, NULL,
                                                               &pv->bells, &n) == MPI_SUCCESS;
+    int nb_idx = find_pvar("coll_twohop_nonblocking_calls", ignored, sizeof ignored);
+    pv->has_nb = nb_idx >= 0 && MPI_T_pvar_handle_alloc(pv->session, nb_idx, NULL, &pv->nb,
+                                                        &n) == MPI_SUCCESS;
+    int pers_idx = find_pvar("coll_twohop_persistent_starts", ignored, sizeof ignored);
+    pv->has_pers = pers_idx >= 0 && MPI_T_pvar_handle_alloc(pv->session, pers_idx, NULL,
+                                                            &pv->pers, &n) == MPI_SUCCESS;
     pv->found = true;
     return true;
 }
 
 struct twohop_counts twohop_pvars_read(const struct twohop_pvars *pv) {
-    struct twohop_counts c = {0, 0, 0, 0, 0, 0, 0};
+    struct twohop_counts c;
+    memset(&c, 0, sizeof c);
     if (pv->pmpi) {
         c.served = pmpi_read("coll_twohop_allreduce_calls");
         c.fallback = pmpi_read("coll_twohop_fallback_calls");
@@ -127,6 +134,8 @@ struct twohop_counts twohop_pvars_read(const struct twohop_pvars *pv) {
         c.enqueued = pmpi_read("coll_twohop_enqueued_calls");
         c.posted = pmpi_read("coll_twohop_gpu_posted_calls");
         c.doorbells = pmpi_read("coll_twohop_doorbells");
+        c.nonblocking = pmpi_read("coll_twohop_nonblocking_calls");
+        c.persistent = pmpi_read("coll_twohop_persistent_starts");
     } else if (pv->found) {
         MPI_T_pvar_read(pv->session, pv->served, &c.served);
         MPI_T_pvar_read(pv->session, pv->fallback, &c.fallback);
@@ -135,6 +144,8 @@ struct twohop_counts twohop_pvars_read(const struct twohop_pvars *pv) {
         if (pv->has_enq) MPI_T_pvar_read(pv->session, pv->enq, &c.enqueued);
         if (pv->has_posted) MPI_T_pvar_read(pv->session, pv->posted, &c.posted);
         if (pv->has_bells) MPI_T_pvar_read(pv->session, pv->bells, &c.doorbells);
+        if (pv->has_nb) MPI_T_pvar_read(pv->session, pv->nb, &c.nonblocking);
+        if (pv->has_pers) MPI_T_pvar_read(pv->session, pv->pers, &c.persistent);
     }
     return c;
 }
@@ -152,6 +163,8 @@ void twohop_pvars_close(struct twohop_pvars *pv) {
         if (pv->has_enq) MPI_T_pvar_handle_free(pv->session, &pv->enq);
         if (pv->has_posted) MPI_T_pvar_handle_free(pv->session, &pv->posted);
         if (pv->has_bells) MPI_T_pvar_handle_free(pv->session, &pv->bells);
+        if (pv->has_nb) MPI_T_pvar_handle_free(pv->session, &pv->nb);
+        if (pv->has_pers) MPI_T_pvar_handle_free(pv->session, &pv->pers);
         MPI_T_pvar_session_free(&pv->session);
     }
     pv->found = false;

@@ -20,6 +20,8 @@ struct twohop_counts {
     unsigned long long enqueued; /* coll_twohop_enqueued_calls (0 when absent) */
     unsigned long long posted;   /* coll_twohop_gpu_posted_calls (0 when absent) */
     unsigned long long doorbells; /* coll_twohop_doorbells (0 when absent) */
+    unsigned long long nonblocking; /* coll_twohop_nonblocking_calls (0 when absent) */
+    unsigned long long persistent;  /* coll_twohop_persistent_starts (0 when absent) */
 };
 
 /* Handles for reading the two counters; `found` is false when twohop is not loaded. */
@@ -30,8 +32,8 @@ struct twohop_pvars {
     MPI_T_pvar_session session;
     MPI_T_pvar_handle served;
     MPI_T_pvar_handle fallback;
-    bool has_gpu, has_hop1, has_enq, has_posted, has_bells;
-    MPI_T_pvar_handle gpu, hop1, enq, posted, bells;
+    bool has_gpu, has_hop1, has_enq, has_posted, has_bells, has_nb, has_pers;
+    MPI_T_pvar_handle gpu, hop1, enq, posted, bells, nb, pers;
 };
 
 /*

@@ -1,0 +1,137 @@
+/*
+ * The Open MPI adapter's own interface between its two files: twohop_component.c (component,
+ * parameters, counters, module, datatypes, the blocking call) and twohop_requests.c
+ * (MPI_Iallreduce and persistent allreduce requests). Both include Open MPI internal headers;
+ * nothing else in twohop does.
+ */
+#ifndef TWOHOP_ADAPTER_H
+#define TWOHOP_ADAPTER_H
+
+#include "ompi_config.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mpi.h"
+#include "ompi/communicator/communicator.h"
+#include "ompi/datatype/ompi_datatype.h"
+#include "ompi/mca/coll/coll.h"
+#include "ompi/op/op.h"
+#include "ompi/request/request.h"
+
+#include "twohop_core.h"
+
+typedef struct twohop_module {
+    mca_coll_base_module_t super;
+    mca_coll_base_module_allreduce_fn_t prev_allreduce;
+    mca_coll_base_module_t *prev_allreduce_module;
+    ompi_communicator_t *comm;
+    twohop_comm *core;
+    int setup_state; /* 0 not yet, 1 ready, -1 failed: every call falls back, -2 broken:
+                        the ranks could not agree (every call is an error) */
+    char setup_failure[256];
+    const char *last_reason; /* last fallback reason printed (prints once per change) */
+    int error_reported;      /* a failed call was reported at verbosity 0 */
+    /* The previous module's non-blocking and persistent allreduce (NULL: not provided, and
+     * twohop does not provide them either on this communicator). */
+    mca_coll_base_module_iallreduce_fn_t prev_iallreduce;
+    mca_coll_base_module_t *prev_iallreduce_module;
+    mca_coll_base_module_allreduce_init_fn_t prev_allreduce_init;
+    mca_coll_base_module_t *prev_allreduce_init_module;
+} twohop_module;
+
+/* A canonical-layout buffer in memory the host must reach through its kind's copies. */
+typedef struct kind_view {
+    int kind;
+    char *base;
+} kind_view;
+
+/*
+ * A host copy of the bytes `count` items of `dtype` occupy at buf (from the first to the last
+ * byte of the type map, holes included), for memory the host must not touch directly: the
+ * previous module or Open MPI's convertor then work on host memory only.
+ */
+typedef struct staging {
+    char *user_lo;  /* first byte of the type map in user memory */
+    char *host;     /* its host copy */
+    size_t bytes;
+    ptrdiff_t true_lb;
+} staging;
+
+/*
+ * How one rank reaches the canonical bytes of one user buffer (twohop_userbuf). For
+ * predefined ops the canonical layout is an array of the signature's predefined element type
+ * at its C layout (base_extent bytes each, holding base_size signature bytes); for user ops it
+ * is the packed signature (item = type size bytes).
+ */
+typedef struct layout_view {
+    ompi_datatype_t *dtype; /* the user's datatype and count */
+    size_t count;
+    char *buf;
+    ompi_datatype_t *base;  /* canonical element type, or NULL: canonical = packed */
+    size_t base_size, base_extent;
+} layout_view;
+
+typedef struct user_op_ctx {
+    ompi_op_t *op;
+    ompi_datatype_t *dtype;
+    bool packed; /* the datatype's layout is its packed signature */
+    size_t size; /* type size: bytes of one item in the canonical (packed) layout */
+    ptrdiff_t extent, true_lb, true_extent;
+} user_op_ctx;
+
+/*
+ * What one call needs about its buffers, datatype and op on this rank: on the stack for a
+ * blocking call, inside the request for a non-blocking or persistent one (the core keeps
+ * pointers into it -- in/out ctx, red.user_ctx -- until the call ends).
+ */
+typedef struct call_args {
+    twohop_reduction red;
+    user_op_ctx uctx;
+    ompi_datatype_t *base; /* canonical element type (NULL: user op, packed items) */
+    size_t base_size, base_extent, elems_per_item;
+    int kin, kout;         /* memory kinds of the user's buffers (set by the caller) */
+    uint64_t n;            /* canonical items */
+    twohop_userbuf in, out;
+    layout_view vin, vout;
+    kind_view kvin, kvout;
+    staging sin, sout;
+} call_args;
+
+typedef enum { CALL_EMPTY, CALL_SERVE, CALL_FALLBACK, CALL_BROKEN } call_route;
+
+/* twohop_component.c */
+extern struct twohop_params twohop_adapter_params;
+extern int twohop_adapter_output;
+extern unsigned long long twohop_served_calls, twohop_fallback_calls;
+call_route route_call(twohop_module *m, int count, ompi_datatype_t *dtype, ompi_op_t *op,
+                      call_args *a, const char **why);
+int prepare_buffers(call_args *a, const void *sbuf, void *rbuf, int count,
+                    ompi_datatype_t *dtype);
+int finish_buffers(call_args *a, int rc);
+void log_call(twohop_module *m, const char *form, const call_args *a, bool in_place);
+void log_fallback(twohop_module *m, const char *why, bool staged);
+void report_failure(twohop_module *m, const char *why);
+int to_mpi_error(int rc);
+/* Host copies of `count` items of dtype at buf (whole type map, holes included): stage_alloc
+ * only allocates, stage_copy_in / stage_out copy; stage_in = both. */
+int stage_alloc(staging *st, const char *buf, ompi_datatype_t *dtype, size_t count);
+int stage_copy_in(staging *st, int kind);
+int stage_in(staging *st, int kind, const char *buf, ompi_datatype_t *dtype, size_t count);
+char *staged_buf(const staging *st);
+int stage_out(staging *st, int kind);
+
+/* twohop_requests.c */
+int twohop_iallreduce(const void *sbuf, void *rbuf, int count, ompi_datatype_t *dtype,
+                      ompi_op_t *op, ompi_communicator_t *comm, ompi_request_t **request,
+                      mca_coll_base_module_t *module);
+int twohop_allreduce_init(const void *sbuf, void *rbuf, int count, ompi_datatype_t *dtype,
+                          ompi_op_t *op, ompi_communicator_t *comm, struct ompi_info_t *info,
+                          ompi_request_t **request, mca_coll_base_module_t *module);
+/* Counters (MPI_T): served non-blocking calls, served persistent starts. */
+extern unsigned long long twohop_nonblocking_calls, twohop_persistent_starts;
+/* Unregisters the progress callback (component close). */
+void twohop_requests_finalize(void);
+
+#endif

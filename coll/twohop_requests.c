@@ -1,0 +1,396 @@
+/*
+ * MPI_Iallreduce and persistent allreduce (MPI_Allreduce_init, MPIX_Allreduce_init) through
+ * twohop: Open MPI requests over the core's engine (coll/schedule/engine.h).
+ *
+ * A request is one of
+ *   served    twohop runs the call: twohop_comm_iallreduce queues a job on the communicator;
+ *             the engine completes the request through done_served() from whichever thread
+ *             advances it (the starting call, the progress callback, a later call).
+ *   staged    twohop hands the call to the previous module, but a buffer is memory the host
+ *             must not touch (device memory): the previous module's request runs on host
+ *             copies; the progress callback sees it complete, copies the result back and
+ *             completes this request. A device pointer never reaches a host-only module.
+ *   empty     count 0 or an empty signature: complete at once (persistent: at every start).
+ * Host-memory calls twohop hands back return the previous module's own request.
+ *
+ * The route (serve or hand back) depends only on the op, the type signature and the set-up
+ * the ranks agreed (route_call), never on memory kinds or layouts. A persistent request
+ * decides it and runs the set-up once, at initialisation; every start prepares the buffer
+ * views again (cheap) and queues a job.
+ *
+ * Progress: one opal_progress callback (registered on first use, removed at component close)
+ * advances the engine and polls the staged requests. It never waits and makes no MPI call
+ * but completing requests, so it is safe at every thread level; a communicator being driven
+ * by another thread is skipped, never waited for.
+ *
+ * Lifetimes: a request retains its communicator, datatype and op until it is freed, so the
+ * communicator's twohop state outlives every call in flight on it.
+ */
+#include "twohop_adapter.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "ompi/errhandler/errhandler.h"
+#include "ompi/mca/coll/base/coll_base_util.h"
+#include "opal/runtime/opal_progress.h"
+#include "opal/util/output.h"
+
+unsigned long long twohop_nonblocking_calls;
+unsigned long long twohop_persistent_starts;
+
+typedef enum { REQ_SERVED, REQ_STAGED, REQ_EMPTY } req_kind;
+
+/* Open MPI's MPI_Iallreduce / MPI_Allreduce_init (ompi_coll_base_retain_op) treat every
+ * collective request as an ompi_coll_base_nbc_request_t and write into its fields: it must be
+ * the base. */
+typedef struct twohop_request {
+    ompi_coll_base_nbc_request_t nbc;
+    twohop_module *m;
+    req_kind kind;
+    bool persistent;
+    const void *sbuf;
+    void *rbuf;
+    int count;
+    ompi_datatype_t *dtype;
+    ompi_op_t *op;
+    call_args a;              /* served: this start's buffer views (kinds set at each start) */
+    ompi_request_t *inner;    /* staged: the previous module's request */
+    staging fin, fout;        /* staged: host copies of the send / receive buffers */
+    int kin, kout;            /* staged: memory kinds of the user's buffers */
+    struct twohop_request *next; /* staged: in the list the progress callback polls */
+    int free_when_done;       /* MPI_Request_free came before completion */
+} twohop_request;
+
+static OBJ_CLASS_INSTANCE(twohop_request, ompi_coll_base_nbc_request_t, NULL, NULL);
+
+/* Staged requests in flight, polled by the progress callback (guarded by staged_lock). */
+static twohop_request *staged_head;
+static opal_mutex_t staged_lock = OPAL_MUTEX_STATIC_INIT;
+static int progress_registered;
+
+/* ------------------------------------------------------------------ completion ---- */
+
+static void release_request(twohop_request *r) {
+    if (r->inner != NULL && r->inner != MPI_REQUEST_NULL) (void)ompi_request_free(&r->inner);
+    free(r->fin.host);
+    free(r->fout.host);
+    r->fin.host = r->fout.host = NULL;
+    OBJ_RELEASE(r->dtype);
+    OBJ_RELEASE(r->op);
+    OBJ_RELEASE(r->m->comm);
+    OMPI_REQUEST_FINI(&r->nbc.super);
+    OBJ_RELEASE(r);
+}
+
+/* Marks the request complete with MPI error `err` (frees it when it was freed already). */
+static void complete(twohop_request *r, int err) {
+    r->nbc.super.req_status.MPI_ERROR = err;
+    if (r->free_when_done) {
+        r->nbc.super.req_complete = REQUEST_COMPLETED;
+        release_request(r);
+        return;
+    }
+    ompi_request_complete(&r->nbc.super, true);
+}
+
+/* The engine's done function for served calls (twohop_done_fn). */
+static void done_served(void *ctx, int status, const char *why) {
+    twohop_request *r = (twohop_request *)ctx;
+    status = finish_buffers(&r->a, status);
+    if (status != TWOHOP_OK) {
+        report_failure(r->m, why ? why : "staging a device buffer back failed");
+    }
+    complete(r, to_mpi_error(status));
+}
+
+/* Polls the staged requests; completes those whose inner request completed. */
+static int poll_staged(void) {
+    if (__atomic_load_n(&staged_head, __ATOMIC_ACQUIRE) == NULL) return 0;
+    if (opal_mutex_trylock(&staged_lock) != 0) return 0;
+    int completed = 0;
+    twohop_request **pp = &staged_head;
+    twohop_request *done_list = NULL;
+    while (*pp) {
+        twohop_request *r = *pp;
+        if (!REQUEST_COMPLETE(r->inner)) {
+            pp = &r->next;
+            continue;
+        }
+        *pp = r->next;
+        r->next = done_list;
+        done_list = r;
+    }
+    opal_mutex_unlock(&staged_lock);
+    while (done_list) {
+        twohop_request *r = done_list;
+        done_list = r->next;
+        int err = r->inner->req_status.MPI_ERROR;
+        if (r->persistent) {
+            r->inner->req_state = OMPI_REQUEST_INACTIVE; /* as MPI_Wait leaves it */
+        } else {
+            (void)ompi_request_free(&r->inner);
+        }
+        if (err == MPI_SUCCESS && stage_out(&r->fout, r->kout) != TWOHOP_OK) {
+            opal_output(0, "coll:twohop: comm %s: copying an allreduce result back into a "
+                        "device buffer failed", r->m->comm->c_name);
+            err = MPI_ERR_OTHER;
+        }
+        complete(r, err);
+        ++completed;
+    }
+    return completed;
+}
+
+static int progress_cb(void) { return twohop_core_progress() + poll_staged(); }
+
+static void ensure_progress(void) {
+    if (__atomic_load_n(&progress_registered, __ATOMIC_ACQUIRE)) return;
+    OPAL_THREAD_LOCK(&staged_lock);
+    if (!progress_registered) {
+        opal_progress_register(progress_cb);
+        __atomic_store_n(&progress_registered, 1, __ATOMIC_RELEASE);
+    }
+    OPAL_THREAD_UNLOCK(&staged_lock);
+}
+
+void twohop_requests_finalize(void) {
+    if (progress_registered) {
+        opal_progress_unregister(progress_cb);
+        progress_registered = 0;
+    }
+}
+
+/* ------------------------------------------------------------ request methods ---- */
+
+static int req_free(ompi_request_t **rptr) {
+    twohop_request *r = (twohop_request *)*rptr;
+    *rptr = MPI_REQUEST_NULL;
+    if (!REQUEST_COMPLETE(&r->nbc.super)) {
+        /* Freed while in flight: released when the call completes (the engine still points
+         * into it until then). */
+        r->free_when_done = 1;
+        return OMPI_SUCCESS;
+    }
+    release_request(r);
+    return OMPI_SUCCESS;
+}
+
+static int req_cancel(ompi_request_t *req, int complete_flag) {
+    (void)req;
+    (void)complete_flag;
+    return OMPI_SUCCESS; /* collectives cannot be cancelled (MPI 4.1, 3.8.4): a no-op */
+}
+
+/* Starts one call of the request (non-blocking: at creation; persistent: at each start). */
+static int start_one(twohop_request *r) {
+    r->nbc.super.req_status.MPI_ERROR = MPI_SUCCESS;
+    r->nbc.super.req_status._cancelled = 0;
+    if (r->kind == REQ_EMPTY) {
+        r->nbc.super.req_state = OMPI_REQUEST_ACTIVE;
+        complete(r, MPI_SUCCESS);
+        return MPI_SUCCESS;
+    }
+    if (r->kind == REQ_STAGED) {
+        if (stage_copy_in(&r->fout, r->kout) != TWOHOP_OK ||
+            (r->fin.host && stage_copy_in(&r->fin, r->kin) != TWOHOP_OK)) {
+            return MPI_ERR_OTHER;
+        }
+        int err = r->inner->req_start(1, &r->inner);
+        if (err != MPI_SUCCESS) return err;
+        r->nbc.super.req_state = OMPI_REQUEST_ACTIVE;
+        opal_mutex_lock(&staged_lock);
+        r->next = staged_head;
+        __atomic_store_n(&staged_head, r, __ATOMIC_RELEASE);
+        opal_mutex_unlock(&staged_lock);
+        return MPI_SUCCESS;
+    }
+    const bool in_place = r->sbuf == MPI_IN_PLACE;
+    r->a.kout = twohop_memory_kind(r->rbuf);
+    r->a.kin = in_place ? r->a.kout : twohop_memory_kind(r->sbuf);
+    int rc = prepare_buffers(&r->a, r->sbuf, r->rbuf, r->count, r->dtype);
+    log_call(r->m, r->persistent ? "persistent allreduce start" : "iallreduce", &r->a, in_place);
+    __atomic_add_fetch(&twohop_served_calls, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(r->persistent ? &twohop_persistent_starts : &twohop_nonblocking_calls, 1,
+                       __ATOMIC_RELAXED);
+    r->nbc.super.req_state = OMPI_REQUEST_ACTIVE;
+    if (rc != TWOHOP_OK) {
+        /* This rank cannot take part: the others must not wait for it. */
+        twohop_comm_abort(r->m->core, rc, "staging a device buffer through host memory failed");
+        report_failure(r->m, "staging a device buffer through host memory failed");
+        (void)finish_buffers(&r->a, rc);
+        complete(r, to_mpi_error(rc));
+        return MPI_SUCCESS;
+    }
+    rc = twohop_comm_iallreduce(r->m->core, &r->a.in, &r->a.out, r->a.n, &r->a.red,
+                                done_served, r);
+    if (rc != TWOHOP_OK) {
+        (void)finish_buffers(&r->a, rc);
+        complete(r, to_mpi_error(rc));
+    }
+    return MPI_SUCCESS;
+}
+
+/* req_start of persistent requests (MPI_Start, MPI_Startall). */
+static int req_start(size_t count, ompi_request_t **requests) {
+    for (size_t i = 0; i < count; ++i) {
+        twohop_request *r = (twohop_request *)requests[i];
+        r->nbc.super.req_complete = REQUEST_PENDING;
+        int err = start_one(r);
+        if (err != MPI_SUCCESS) {
+            complete(r, err);
+            return err;
+        }
+    }
+    return MPI_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ creation ---- */
+
+static twohop_request *new_request(twohop_module *m, req_kind kind, bool persistent,
+                                   const void *sbuf, void *rbuf, int count,
+                                   ompi_datatype_t *dtype, ompi_op_t *op) {
+    twohop_request *r = OBJ_NEW(twohop_request);
+    if (r == NULL) return NULL;
+    OMPI_REQUEST_INIT(&r->nbc.super, persistent);
+    r->nbc.super.req_type = OMPI_REQUEST_COLL;
+    r->nbc.super.req_mpi_object.comm = m->comm;
+    r->nbc.super.req_free = req_free;
+    r->nbc.super.req_cancel = req_cancel;
+    r->nbc.super.req_start = persistent ? req_start : NULL;
+    r->m = m;
+    r->kind = kind;
+    r->persistent = persistent;
+    r->sbuf = sbuf;
+    r->rbuf = rbuf;
+    r->count = count;
+    r->dtype = dtype;
+    r->op = op;
+    r->inner = NULL;
+    memset(&r->a, 0, sizeof(r->a));
+    memset(&r->fin, 0, sizeof(r->fin));
+    memset(&r->fout, 0, sizeof(r->fout));
+    r->next = NULL;
+    r->free_when_done = 0;
+    OBJ_RETAIN(m->comm);
+    OBJ_RETAIN(dtype);
+    OBJ_RETAIN(op);
+    ensure_progress();
+    return r;
+}
+
+/*
+ * A call handed to the previous module whose buffers the host must not touch: host copies
+ * (allocated here; filled at each start) and the previous module's request on them.
+ */
+static int staged_request(twohop_module *m, bool persistent, const void *sbuf, void *rbuf,
+                          int count, ompi_datatype_t *dtype, ompi_op_t *op, int kin, int kout,
+                          struct ompi_info_t *info, ompi_request_t **request) {
+    twohop_request *r = new_request(m, REQ_STAGED, persistent, sbuf, rbuf, count, dtype, op);
+    if (r == NULL) return OMPI_ERR_OUT_OF_RESOURCE;
+    const bool in_place = sbuf == MPI_IN_PLACE;
+    r->kin = kin;
+    r->kout = kout;
+    int rc = stage_alloc(&r->fout, (const char *)rbuf, dtype, (size_t)count);
+    if (rc == TWOHOP_OK && !in_place) {
+        rc = stage_alloc(&r->fin, (const char *)sbuf, dtype, (size_t)count);
+    }
+    if (rc != TWOHOP_OK) {
+        release_request(r);
+        opal_output(0, "coll:twohop: comm %s: staging a device buffer through host memory "
+                    "failed", m->comm->c_name);
+        return OMPI_ERR_OUT_OF_RESOURCE;
+    }
+    const void *s = in_place ? MPI_IN_PLACE : staged_buf(&r->fin);
+    void *d = staged_buf(&r->fout);
+    int err;
+    if (persistent) {
+        err = m->prev_allreduce_init(s, d, count, dtype, op, m->comm, info, &r->inner,
+                                     m->prev_allreduce_init_module);
+        if (err == MPI_SUCCESS) {
+            *request = &r->nbc.super;
+            return MPI_SUCCESS;
+        }
+    } else {
+        /* Copy in first: the previous module may start reading at once. */
+        if (stage_copy_in(&r->fout, kout) != TWOHOP_OK ||
+            (!in_place && stage_copy_in(&r->fin, kin) != TWOHOP_OK)) {
+            release_request(r);
+            return MPI_ERR_OTHER;
+        }
+        err = m->prev_iallreduce(s, d, count, dtype, op, m->comm, &r->inner,
+                                 m->prev_iallreduce_module);
+        if (err == MPI_SUCCESS) {
+            r->nbc.super.req_state = OMPI_REQUEST_ACTIVE;
+            opal_mutex_lock(&staged_lock);
+            r->next = staged_head;
+            __atomic_store_n(&staged_head, r, __ATOMIC_RELEASE);
+            opal_mutex_unlock(&staged_lock);
+            *request = &r->nbc.super;
+            return MPI_SUCCESS;
+        }
+    }
+    r->inner = NULL;
+    release_request(r);
+    return err;
+}
+
+/* The shared front of both forms: route, then the request of the right kind. */
+static int create(const void *sbuf, void *rbuf, int count, ompi_datatype_t *dtype,
+                  ompi_op_t *op, ompi_communicator_t *comm, struct ompi_info_t *info,
+                  ompi_request_t **request, twohop_module *m, bool persistent) {
+    (void)comm;
+    const bool in_place = sbuf == MPI_IN_PLACE;
+    const int kout = count > 0 ? twohop_memory_kind(rbuf) : TWOHOP_KIND_HOST;
+    const int kin = in_place || count <= 0 ? kout : twohop_memory_kind(sbuf);
+    call_args a;
+    memset(&a, 0, sizeof(a));
+    const char *why;
+    const call_route route = route_call(m, count, dtype, op, &a, &why);
+    if (route == CALL_BROKEN) return MPI_ERR_OTHER; /* reported once in set-up */
+    if (route == CALL_FALLBACK) {
+        const bool staged = kin != TWOHOP_KIND_HOST || kout != TWOHOP_KIND_HOST;
+        log_fallback(m, why, staged);
+        if (staged && count > 0) {
+            return staged_request(m, persistent, sbuf, rbuf, count, dtype, op, kin, kout, info,
+                                  request);
+        }
+        return persistent ? m->prev_allreduce_init(sbuf, rbuf, count, dtype, op, m->comm, info,
+                                                   request, m->prev_allreduce_init_module)
+                           : m->prev_iallreduce(sbuf, rbuf, count, dtype, op, m->comm, request,
+                                                m->prev_iallreduce_module);
+    }
+    if (route == CALL_EMPTY && !persistent) {
+        *request = &ompi_request_empty;
+        return MPI_SUCCESS;
+    }
+    twohop_request *r = new_request(m, route == CALL_EMPTY ? REQ_EMPTY : REQ_SERVED,
+                                    persistent, sbuf, rbuf, count, dtype, op);
+    if (r == NULL) return OMPI_ERR_OUT_OF_RESOURCE;
+    if (route == CALL_SERVE) {
+        /* Classification once; the views are rebuilt at every start (prepare_buffers). The
+         * reduction's user context must point into the request, which outlives the call. */
+        r->a = a;
+        if (r->a.red.op == TWOHOP_OP_USER) r->a.red.user_ctx = &r->a.uctx;
+    }
+    *request = &r->nbc.super;
+    if (persistent) {
+        r->nbc.super.req_state = OMPI_REQUEST_INACTIVE;
+        return MPI_SUCCESS;
+    }
+    return start_one(r);
+}
+
+int twohop_iallreduce(const void *sbuf, void *rbuf, int count, ompi_datatype_t *dtype,
+                      ompi_op_t *op, ompi_communicator_t *comm, ompi_request_t **request,
+                      mca_coll_base_module_t *module) {
+    return create(sbuf, rbuf, count, dtype, op, comm, NULL, request, (twohop_module *)module,
+                  false);
+}
+
+int twohop_allreduce_init(const void *sbuf, void *rbuf, int count, ompi_datatype_t *dtype,
+                          ompi_op_t *op, ompi_communicator_t *comm, struct ompi_info_t *info,
+                          ompi_request_t **request, mca_coll_base_module_t *module) {
+    return create(sbuf, rbuf, count, dtype, op, comm, info, request, (twohop_module *)module,
+                  true);
+}
