@@ -296,6 +296,7 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
     twohop_comm *c = owner.get();
     c->host = a->host;
     c->timeout_s = prm.timeout;
+    c->async_progress = prm.async_progress != 0;
     c->verbose = prm.verbose;
     twohop::Exchange ex(c->host, a->rank, a->size, prm.timeout);
     std::string err;
@@ -507,8 +508,13 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
         twohop::ucx::ConfigPairs config;
         err.clear();
         rc = ucx_config(c, prm, &config, &err);
-        if (rc == TWOHOP_OK) rc = twohop::ucx::Worker::instance(config, a->thread_multiple != 0,
-                                                               &c->worker, &err);
+        // The proxy thread's progress of calls in flight shares the worker with the calling
+        // thread: serialise UCX calls then too.
+        if (rc == TWOHOP_OK) {
+            rc = twohop::ucx::Worker::instance(config,
+                                               a->thread_multiple != 0 || c->async_progress,
+                                               &c->worker, &err);
+        }
         local_err = err;
         int xrc = ex.agree_or(rc != TWOHOP_OK, &agreed, &err);
         if (xrc != TWOHOP_OK) return exchange_failed(xrc);

@@ -28,6 +28,22 @@ int Proxy::run(std::function<int()> step) {
     return job.status;
 }
 
+bool Proxy::submit(std::function<int()> step) {
+    Job *job = new Job();
+    job->step = std::move(step);
+    job->detached = true;
+    std::lock_guard<std::mutex> lock(m_);
+    if (stopping_ || stopped_) {
+        delete job;
+        return false;
+    }
+    if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+    jobs_.push_back(job);
+    queued_.fetch_add(1, std::memory_order_release);
+    work_.notify_one();
+    return true;
+}
+
 void Proxy::loop() {
     std::vector<Job *> batch;
     std::unique_lock<std::mutex> lock(m_);
@@ -57,12 +73,20 @@ void Proxy::loop() {
         lock.lock();
         for (Job *j : finished) {
             jobs_.remove(j);
-            j->finished.store(true, std::memory_order_release);
             ++jobs_done_;
+            if (j->detached) {
+                delete j;
+            } else {
+                j->finished.store(true, std::memory_order_release);
+            }
         }
         if (!finished.empty()) done_.notify_all();
     }
     for (Job *j : jobs_) { // abandoned: their callers get kStopped
+        if (j->detached) {
+            delete j;
+            continue;
+        }
         j->status = kStopped;
         j->finished.store(true, std::memory_order_release);
     }

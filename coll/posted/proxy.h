@@ -54,6 +54,14 @@ class Proxy {
      */
     int run(std::function<int()> step);
 
+    /*
+     * Queues `step` on the proxy thread without waiting for it (asynchronous progress of calls
+     * in flight, coll/schedule/engine.h): the proxy calls it in turn with the other jobs until
+     * it returns something other than kPending, then drops it. False when the proxy is
+     * stopped (nothing queued).
+     */
+    bool submit(std::function<int()> step);
+
     /* Stops the thread (joins it); pending jobs end with kStopped. Later run() calls return
      * kStopped at once. Idempotent. */
     void stop();
@@ -70,6 +78,7 @@ class Proxy {
         std::function<int()> step;
         int status = kPending;
         std::atomic<bool> finished{false};
+        bool detached = false; // submit(): nobody waits, the proxy deletes it
     };
     void loop();
 

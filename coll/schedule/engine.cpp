@@ -9,6 +9,8 @@
 
 #include "gpu_node.h"
 #include "latency_job.h"
+#include "memory_kind.h"
+#include "proxy.h"
 #include "pipeline_job.h"
 
 namespace twohop {
@@ -21,6 +23,9 @@ using Clock = std::chrono::steady_clock;
 std::mutex g_mutex;
 std::vector<twohop_comm *> g_active;
 std::atomic<long> g_queued{0};
+/* A detached proxy job runs while async-safe calls are queued (engine.h). */
+std::atomic<bool> g_async_job{false};
+std::atomic<long> g_async_queued{0};
 
 } // namespace
 
@@ -62,6 +67,7 @@ void finish_head(twohop_comm *c, int rc) {
     std::unique_ptr<QueuedCall> owned(q);
     owned->job.reset(); // before done: the front end may free the buffers the job points to
     g_queued.fetch_sub(1, std::memory_order_relaxed);
+    if (owned->async_ok) g_async_queued.fetch_sub(1, std::memory_order_release);
     owned->done(owned->ctx, rc, why);
 }
 
@@ -69,10 +75,13 @@ void finish_head(twohop_comm *c, int rc) {
  * With the engine lock held: advances the queue as far as it goes without waiting. Returns
  * the number of calls that completed; *pending = whether calls remain.
  */
-int advance_queue(twohop_comm *c, bool *pending) {
+int advance_queue(twohop_comm *c, bool *pending, bool async_only = false,
+                  bool *moved = nullptr) {
     int completed = 0;
     while (!c->queue.empty()) {
         QueuedCall *q = c->queue.front();
+        if (async_only && !q->async_ok) break;
+        const uint64_t steps_before = q->job ? q->job->steps() : 0;
         int rc = TWOHOP_OK;
         if (!q->started) {
             q->started = true;
@@ -90,6 +99,7 @@ int advance_queue(twohop_comm *c, bool *pending) {
             if (rc == TWOHOP_OK) rc = q->job->advance();
         }
         if (rc == TWOHOP_PENDING) {
+            if (moved && q->job->steps() != steps_before) *moved = true;
             if (q->job->steps() != q->steps_seen) {
                 q->steps_seen = q->job->steps();
                 q->since = Clock::now();
@@ -107,6 +117,41 @@ int advance_queue(twohop_comm *c, bool *pending) {
     }
     *pending = !c->queue.empty();
     return completed;
+}
+
+/*
+ * Whether every step of the call is safe on the proxy thread: host memory in the canonical
+ * layout read in place (no convertor, no memory-kind copy, not the poisoned testing kind) and a
+ * predefined op (no user function).
+ */
+bool async_safe(const twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out,
+                const twohop_reduction &red) {
+    return c->async_progress && in.direct && out.direct && red.op != TWOHOP_OP_USER &&
+           c->mem == &twohop::mem_ops(twohop::MemoryKind::Host);
+}
+
+
+int async_step() {
+    const int moved = progress_all(true);
+    if (g_async_queued.load(std::memory_order_acquire) > 0) {
+        if (moved < 0) std::this_thread::yield(); // nothing moved: leave the core to others
+        return Proxy::kPending;
+    }
+    // Stop; but a call queued between the check and here must not be stranded.
+    g_async_job.store(false, std::memory_order_release);
+    if (g_async_queued.load(std::memory_order_acquire) > 0 &&
+        !g_async_job.exchange(true, std::memory_order_acq_rel)) {
+        return Proxy::kPending;
+    }
+    return TWOHOP_OK;
+}
+
+void kick_async() {
+    if (g_async_job.load(std::memory_order_acquire) ||
+        g_async_job.exchange(true, std::memory_order_acq_rel)) {
+        return;
+    }
+    if (!Proxy::instance().submit(async_step)) g_async_job.store(false);
 }
 
 } // namespace
@@ -173,22 +218,24 @@ void forget_comm(twohop_comm *c) {
         g_active.erase(std::remove(g_active.begin(), g_active.end(), c), g_active.end());
     }
     for (QueuedCall *q : c->queue) {
+        if (q->async_ok) g_async_queued.fetch_sub(1, std::memory_order_release);
         delete q;
         g_queued.fetch_sub(1, std::memory_order_relaxed);
     }
     c->queue.clear();
 }
 
-int progress_all() {
+int progress_all(bool async_only) {
     if (g_queued.load(std::memory_order_relaxed) == 0) return 0;
     std::unique_lock<std::mutex> g(g_mutex, std::try_to_lock);
-    if (!g.owns_lock()) return 0;
+    if (!g.owns_lock()) return async_only ? -1 : 0;
     int completed = 0;
+    bool moved = false;
     for (size_t i = 0; i < g_active.size();) {
         twohop_comm *c = g_active[i];
         bool pending = true;
         if (!c->busy.exchange(true, std::memory_order_acquire)) {
-            completed += advance_queue(c, &pending);
+            completed += advance_queue(c, &pending, async_only, &moved);
             unlock_engine(c);
         }
         if (pending) {
@@ -198,13 +245,14 @@ int progress_all() {
             g_active.pop_back();
         }
     }
-    return completed;
+    return async_only && completed == 0 && !moved ? -1 : completed;
 }
 
 /* Queues a call (engine lock held) and registers the communicator for progress. */
 static void enqueue_call(twohop_comm *c, QueuedCall *q) {
     c->queue.push_back(q);
     g_queued.fetch_add(1, std::memory_order_relaxed);
+    if (q->async_ok) g_async_queued.fetch_add(1, std::memory_order_release);
     std::lock_guard<std::mutex> g(g_mutex);
     if (std::find(g_active.begin(), g_active.end(), c) == g_active.end()) g_active.push_back(c);
 }
@@ -220,6 +268,7 @@ extern "C" int twohop_comm_iallreduce(twohop_comm *c, const twohop_userbuf *in,
     q->done = done;
     q->ctx = ctx;
     if (count > 0) q->job = twohop::make_job(c, *in, *out, count, *red);
+    q->async_ok = count > 0 && twohop::async_safe(c, *in, *out, *red);
     twohop::lock_engine(c);
     twohop::enqueue_call(c, q);
     // A first pass at once: publishes this rank's input early, and small calls whose peers
@@ -227,6 +276,7 @@ extern "C" int twohop_comm_iallreduce(twohop_comm *c, const twohop_userbuf *in,
     bool pending;
     (void)twohop::advance_queue(c, &pending);
     twohop::unlock_engine(c);
+    if (pending) twohop::kick_async();
     return TWOHOP_OK;
 }
 

@@ -16,6 +16,13 @@
  *   - Process-wide, a registry lists the communicators with queued calls; progress_all()
  *     (Open MPI: an opal_progress callback; any thread, any MPI thread level) advances them
  *     and makes no MPI call other than completing requests through their done functions.
+ *   - Asynchronous progress (coll_twohop_async_progress): while calls are queued, a detached
+ *     job on the process's proxy thread (posted/proxy.h, the thread GPU-posted mode uses) runs
+ *     progress_all(async only): it advances only calls whose every step is safe off the MPI
+ *     threads -- host buffers of the canonical layout, predefined ops (no user function, no
+ *     convertor, no memory-kind copies) -- and its own UCX use is serialised with the calling
+ *     threads' by the worker's mutex (comm_setup.cpp). It stops when the last queued call is
+ *     gone and is resubmitted by the next call.
  */
 #ifndef TWOHOP_SCHEDULE_ENGINE_H
 #define TWOHOP_SCHEDULE_ENGINE_H
@@ -35,6 +42,7 @@ struct QueuedCall {
     twohop_done_fn done = nullptr;
     void *ctx = nullptr;
     bool started = false;
+    bool async_ok = false;      // the proxy thread may advance it (engine.cpp: async_safe)
     uint64_t steps_seen = 0;    // job->steps() at the last check (timeouts)
     std::chrono::steady_clock::time_point since{};
 };
@@ -71,9 +79,10 @@ void drain_queue(twohop_comm *c);
  * calls are in flight, so there are none). */
 void forget_comm(twohop_comm *c);
 
-/* Advances the queued calls of every communicator that is not busy; returns how many
- * completed. Cheap when nothing is queued. */
-int progress_all();
+/* Advances the queued calls of every communicator that is not busy (async_only: only heads
+ * with async_ok); returns how many completed, or -1 when no job moved at all. Cheap when
+ * nothing is queued. */
+int progress_all(bool async_only = false);
 
 } // namespace twohop
 
