@@ -10,6 +10,10 @@
 #   selection            one rank runs with coll_twohop_priority -1: the job must fail with a
 #                        clear "selection differs" message within 60 s and never print a
 #                        wrong result
+#   selection_silent     rank 0 runs coll/basic (its allreduce root only receives: twohop's
+#                        differing-selection check cannot see it), rank 1 twohop with
+#                        coll_twohop_timeout 13: rank 1 must say after 10 s, at the default
+#                        verbosity, whom it waits for and what to check, then fail at 13 s
 #   killsetup            a rank is SIGKILLed before its first allreduce: mpirun exits non-zero
 #                        within 15 s; no twohop segment is left in /dev/shm
 #   quiet                RC settings on a host without RDMA devices, hop 2 over UCX: no UCX
@@ -78,6 +82,24 @@ selection)
     grep -q "WRONG" "$out" && fail "a wrong result was returned"
     grep -q "selection differs" "$out" || fail "no 'selection differs' message"
     echo "selection: failed cleanly after $took s"
+    ;;
+selection_silent)
+    sysdir=$(ompi_info --parsable --path pkglibdir | cut -d: -f3)
+    path="$(cd "$build/coll" && pwd):$sysdir"
+    start=$SECONDS
+    rc=0
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout -k 5 60 \
+        mpirun --oversubscribe --bind-to none --mca mca_base_component_path "$path" \
+        -np 1 env OMPI_MCA_coll=basic,libnbc,self "$prog" simple : \
+        -np 1 env OMPI_MCA_coll=twohop,tuned,basic,libnbc,self OMPI_MCA_coll_twohop_timeout=13 \
+        "$prog" simple >"$out" 2>&1 || rc=$?
+    took=$((SECONDS - start))
+    [[ $rc -ne 0 ]] || fail "the job succeeded although selection differs"
+    [[ $rc -ne 124 && $took -le 40 ]] || fail "no end within 40 s (took $took s, rc $rc)"
+    grep -q "WRONG" "$out" && fail "a wrong result was returned"
+    grep -q "has waited 10 s for rank 0" "$out" || fail "no notice naming rank 0 after 10 s"
+    grep -q "coll_twohop_priority differ" "$out" || fail "the notice does not say what to check"
+    echo "selection_silent: notice, then failed after $took s"
     ;;
 killsetup)
     before=$(shm_files)

@@ -181,6 +181,36 @@ TEST(SetupExchange, SilentRankTimesOut) {
     EXPECT_NE(why.find("coll_twohop_timeout"), std::string::npos) << why;
 }
 
+/* Lines logged at level 0 by the exchanges of one test (n_log_capture). */
+std::mutex g_log_m;
+std::vector<std::string> g_logged;
+void n_log_capture(int level, const char *msg) {
+    std::lock_guard<std::mutex> l(g_log_m);
+    if (level <= 0) g_logged.push_back(msg);
+}
+
+/*
+ * A peer that never sends (its allreduce is another component that only receives, like
+ * coll/basic's root): no error without a timeout, but one notice at the default verbosity
+ * naming the peer and what to check, then the wait goes on (here until the timeout).
+ */
+TEST(SetupExchange, SilentPeerIsNamedOnceAtTheDefaultVerbosity) {
+    Net net(2);
+    g_logged.clear();
+    Ctx ctx{&net, 0};
+    twohop_host h = host_for(&ctx);
+    h.log = n_log_capture;
+    twohop::Exchange ex(h, 0, 2, 0.6);
+    ex.set_notice_after(0.2);
+    uint64_t v = 0, all[2];
+    std::string why;
+    EXPECT_EQ(ex.allgather(&v, all, sizeof(v), &why), TWOHOP_ERR_TIMEOUT);
+    ASSERT_EQ(g_logged.size(), 1u);
+    EXPECT_NE(g_logged[0].find("waited 0.2 s for rank 1"), std::string::npos) << g_logged[0];
+    EXPECT_NE(g_logged[0].find("coll_twohop_priority"), std::string::npos) << g_logged[0];
+    EXPECT_EQ(twohop::Exchange::kSlowNotice, 10.0);
+}
+
 TEST(SetupExchange, WrongSizeIsAMismatch) {
     Net net(2);
     net.q[{1, 0}].emplace_back(3, 'x'); // rank 1 "sent" 3 bytes where 8 are expected

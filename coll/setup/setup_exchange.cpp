@@ -1,6 +1,7 @@
 #include "setup_exchange.h"
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -41,8 +42,22 @@ int Exchange::wait(void *req, int peer, void *other, std::string *err) {
                    "twohop: coll selection differs between ranks (keep --mca coll and "
                    "coll_twohop_priority identical on every rank)";
             rc = TWOHOP_ERR_MISMATCH;
-        } else if (timeout_s_ > 0 &&
-                   std::chrono::duration<double>(now - start).count() > timeout_s_) {
+        } else if (!noticed_ && notice_after_s_ > 0 &&
+                   std::chrono::duration<double>(now - start).count() > notice_after_s_) {
+            noticed_ = true;
+            char waited[32];
+            std::snprintf(waited, sizeof(waited), "%g", notice_after_s_);
+            const std::string msg =
+                "set-up of a communicator on rank " + std::to_string(rank_) + " has waited " +
+                waited + " s for rank " + std::to_string(peer) +
+                " of that communicator; still waiting. If that rank runs another allreduce "
+                "component there (--mca coll or coll_twohop_priority differ between ranks), "
+                "this never ends: keep both identical on every rank, or set coll_twohop_timeout "
+                "to turn the wait into an error";
+            h_.log(0, msg.c_str());
+        }
+        if (rc == TWOHOP_OK && timeout_s_ > 0 &&
+            std::chrono::duration<double>(now - start).count() > timeout_s_) {
             *err = "no set-up message from rank " + std::to_string(peer) + " within " +
                    std::to_string(static_cast<long>(timeout_s_)) +
                    " s (coll_twohop_timeout): is twohop selected on every rank?";

@@ -42,12 +42,24 @@ class Exchange {
     /* *out = the largest `v` over all ranks. */
     int agree_max(uint64_t v, uint64_t *out, std::string *err);
 
+    /* Seconds a wait for one peer lasts before the one-time notice (default kSlowNotice). */
+    void set_notice_after(double s) { notice_after_s_ = s; }
+    /*
+     * After 10 s without a set-up message (or send completion) from a peer, the exchange says
+     * once, at the default verbosity, whom it waits for and what to check: a rank whose
+     * allreduce component differs and only receives (coll/basic's root) is otherwise a silent
+     * hang. Not an error: a slow but correct job goes on.
+     */
+    static constexpr double kSlowNotice = 10.0;
+
   private:
     int wait(void *req, int peer, void *other, std::string *err);
 
     const twohop_host &h_;
     int rank_, size_;
     double timeout_s_;
+    double notice_after_s_ = kSlowNotice;
+    bool noticed_ = false;
 };
 
 } // namespace twohop
