@@ -873,6 +873,46 @@ static int allreduce_impl(const void *sbuf, void *rbuf, int count, ompi_datatype
     return to_mpi_error(rc);
 }
 
+/*
+ * Allreduce on a single-rank communicator: the result is the input (any op), copied in the
+ * datatype's layout (holes untouched) as coll/self does -- through host copies when a buffer
+ * is memory the host must not touch, so a device pointer never reaches a host memcpy.
+ * Returns an MPI error code.
+ */
+int self_copy(const void *sbuf, void *rbuf, int count, ompi_datatype_t *dtype) {
+    if (sbuf == MPI_IN_PLACE || count <= 0) return MPI_SUCCESS;
+    const int kin = twohop_memory_kind(sbuf), kout = twohop_memory_kind(rbuf);
+    if (kin == TWOHOP_KIND_HOST && kout == TWOHOP_KIND_HOST) {
+        return ompi_datatype_copy_content_same_ddt(dtype, count, (char *)rbuf, (char *)sbuf);
+    }
+    staging sin = {0}, sout = {0};
+    int rc = stage_in(&sout, kout, (const char *)rbuf, dtype, (size_t)count);
+    if (rc == TWOHOP_OK) rc = stage_in(&sin, kin, (const char *)sbuf, dtype, (size_t)count);
+    if (rc == TWOHOP_OK) {
+        rc = ompi_datatype_copy_content_same_ddt(dtype, count, staged_buf(&sout),
+                                                 staged_buf(&sin)) == OMPI_SUCCESS
+                 ? TWOHOP_OK : TWOHOP_ERR_HOST;
+    }
+    if (rc == TWOHOP_OK) rc = stage_out(&sout, kout);
+    free(sin.host);
+    free(sout.host);
+    if (rc != TWOHOP_OK) {
+        opal_output(0, "coll:twohop: allreduce on a single-rank communicator: copying a device "
+                    "buffer through host memory failed");
+        return MPI_ERR_OTHER;
+    }
+    return MPI_SUCCESS;
+}
+
+static int twohop_allreduce_self(const void *sbuf, void *rbuf, int count,
+                                 ompi_datatype_t *dtype, ompi_op_t *op,
+                                 ompi_communicator_t *comm, mca_coll_base_module_t *module) {
+    (void)op;
+    (void)comm;
+    (void)module;
+    return self_copy(sbuf, rbuf, count, dtype);
+}
+
 static int twohop_allreduce(const void *sbuf, void *rbuf, int count, ompi_datatype_t *dtype,
                             ompi_op_t *op, ompi_communicator_t *comm,
                             mca_coll_base_module_t *module) {
@@ -956,6 +996,9 @@ static int twohop_module_enable(mca_coll_base_module_t *module, ompi_communicato
     return OMPI_SUCCESS;
 }
 
+/* twohop's priority on single-rank communicators: above coll/self's default 75. */
+enum { kSelfPriority = 90 };
+
 static mca_coll_base_module_t *twohop_comm_query(ompi_communicator_t *comm, int *priority) {
     *priority = twohop_adapter_params.priority;
     if (twohop_adapter_params.priority < 0) return NULL;
@@ -964,11 +1007,17 @@ static mca_coll_base_module_t *twohop_comm_query(ompi_communicator_t *comm, int 
                             "coll:twohop: comm %s: intercommunicator, not selected", comm->c_name);
         return NULL;
     }
-    if (ompi_comm_size(comm) < 2) return NULL; /* coll/self serves single-rank communicators */
     twohop_module *m = OBJ_NEW(twohop_module);
     if (m == NULL) return NULL;
     m->super.coll_module_enable = twohop_module_enable;
     m->super.coll_allreduce = twohop_allreduce;
+    if (ompi_comm_size(comm) < 2) {
+        /* Single-rank communicators: coll/self (priority 75) copies with a host memcpy, which
+         * crashes on device buffers; twohop takes the allreduce forms over there with a copy
+         * that respects memory kinds (self_copy), and leaves every other collective to it. */
+        *priority = kSelfPriority;
+        m->super.coll_allreduce = twohop_allreduce_self;
+    }
     m->super.coll_iallreduce = twohop_iallreduce;
     m->super.coll_allreduce_init = twohop_allreduce_init;
     return &m->super;

@@ -11,6 +11,8 @@
  *             copies; the progress callback sees it complete, copies the result back and
  *             completes this request. A device pointer never reaches a host-only module.
  *   empty     count 0 or an empty signature: complete at once (persistent: at every start).
+ *   self      a single-rank communicator: the input copied to the output (self_copy), then
+ *             complete at once.
  * Host-memory calls twohop hands back return the previous module's own request.
  *
  * The route (serve or hand back) depends only on the op, the type signature and the set-up
@@ -39,7 +41,7 @@
 unsigned long long twohop_nonblocking_calls;
 unsigned long long twohop_persistent_starts;
 
-typedef enum { REQ_SERVED, REQ_STAGED, REQ_EMPTY } req_kind;
+typedef enum { REQ_SERVED, REQ_STAGED, REQ_EMPTY, REQ_SELF } req_kind;
 
 /* Open MPI's MPI_Iallreduce / MPI_Allreduce_init (ompi_coll_base_retain_op) treat every
  * collective request as an ompi_coll_base_nbc_request_t and write into its fields: it must be
@@ -186,9 +188,10 @@ static int req_cancel(ompi_request_t *req, int complete_flag) {
 static int start_one(twohop_request *r) {
     r->nbc.super.req_status.MPI_ERROR = MPI_SUCCESS;
     r->nbc.super.req_status._cancelled = 0;
-    if (r->kind == REQ_EMPTY) {
+    if (r->kind == REQ_EMPTY || r->kind == REQ_SELF) {
         r->nbc.super.req_state = OMPI_REQUEST_ACTIVE;
-        complete(r, MPI_SUCCESS);
+        complete(r, r->kind == REQ_SELF ? self_copy(r->sbuf, r->rbuf, r->count, r->dtype)
+                                        : MPI_SUCCESS);
         return MPI_SUCCESS;
     }
     if (r->kind == REQ_STAGED) {
@@ -339,7 +342,17 @@ static int staged_request(twohop_module *m, bool persistent, const void *sbuf, v
 static int create(const void *sbuf, void *rbuf, int count, ompi_datatype_t *dtype,
                   ompi_op_t *op, ompi_communicator_t *comm, struct ompi_info_t *info,
                   ompi_request_t **request, twohop_module *m, bool persistent) {
-    (void)comm;
+    if (ompi_comm_size(comm) < 2) { /* single-rank communicator: a copy */
+        if (!persistent) {
+            int err = self_copy(sbuf, rbuf, count, dtype);
+            if (err == MPI_SUCCESS) *request = &ompi_request_empty;
+            return err;
+        }
+        twohop_request *r = new_request(m, REQ_SELF, true, sbuf, rbuf, count, dtype, op);
+        if (r == NULL) return OMPI_ERR_OUT_OF_RESOURCE;
+        *request = &r->nbc.super;
+        return MPI_SUCCESS;
+    }
     const bool in_place = sbuf == MPI_IN_PLACE;
     const int kout = count > 0 ? twohop_memory_kind(rbuf) : TWOHOP_KIND_HOST;
     const int kin = in_place || count <= 0 ? kout : twohop_memory_kind(sbuf);

@@ -583,7 +583,8 @@ static void run_case(struct ctx *cx, int si, int t, int op, long long count, int
             layout_put(ty, in, (size_t)count, sendb + GUARD);
         }
         uint64_t send_hash = mt_hash(sendb, bytes + 2 * GUARD, 1);
-        const bool poisoned = cx->opt.poison && reaches;
+        /* Single-rank communicators reach twohop too (its memory-kind-aware copy). */
+        const bool poisoned = cx->opt.poison && count > 0 && form == FORM_BLOCKING;
         if (poisoned) poison_buffers(cx, true);
         int rc = call_form(form, call, &preq, inplace ? MPI_IN_PLACE : sendb + GUARD,
                            recvb + GUARD, (int)count, ty->dt, mt_op_handle(op), s->comm);
