@@ -130,6 +130,7 @@ struct twohop_comm {
     // lock: held by whichever thread advances the queue or runs a blocking call (the calling
     // thread, or MPI progress in any thread); the progress callback only ever tries it.
     std::deque<twohop::QueuedCall *> queue;
+    std::deque<twohop::QueuedCall *> completed; // finished, done function not yet run
     std::atomic<bool> busy{false};
 
     ~twohop_comm();

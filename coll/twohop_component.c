@@ -1085,20 +1085,22 @@ static int twohop_register(void) {
 #include "params.def"
 #undef TWOHOP_PARAM
     register_counter(c, "allreduce_calls",
-                     "Allreduce calls executed by twohop's own algorithm, in every form "
-                     "(MPI_Allreduce, MPI_Iallreduce, each start of a persistent allreduce, "
-                     "the stream-ordered call)", &twohop_served_calls);
+                     "MPI_Allreduce calls (and stream-ordered calls) executed by twohop's own "
+                     "algorithm; the other forms have counters of their own",
+                     &twohop_served_calls);
     register_counter(c, "fallback_calls",
                      "Allreduce calls twohop handed to the previously selected module (a "
-                     "persistent allreduce handed over counts once, at its initialisation)",
+                     "persistent allreduce handed over counts once, at its initialisation; "
+                     "the few-MPI_INT MIN/MAX MPI_Iallreduce calls of Open MPI's communicator "
+                     "construction before a communicator's set-up are not counted)",
                      &twohop_fallback_calls);
     register_counter(c, "nonblocking_calls",
-                     "MPI_Iallreduce calls executed by twohop's own algorithm (also counted in "
-                     "allreduce_calls)", &twohop_nonblocking_calls);
+                     "MPI_Iallreduce calls executed by twohop's own algorithm (Open MPI's own "
+                     "communicator construction issues some on the parent communicator)",
+                     &twohop_nonblocking_calls);
     register_counter(c, "persistent_starts",
                      "Starts of persistent allreduces (MPI_Allreduce_init, MPIX_Allreduce_init) "
-                     "executed by twohop's own algorithm (also counted in allreduce_calls)",
-                     &twohop_persistent_starts);
+                     "executed by twohop's own algorithm", &twohop_persistent_starts);
     register_counter(c, "gpu_path_calls",
                      "MPI_Allreduce calls twohop served with its GPU path (CUDA IPC and device "
                      "kernels)", twohop_gpu_calls_counter());

@@ -213,7 +213,6 @@ static int start_one(twohop_request *r) {
     r->a.kin = in_place ? r->a.kout : twohop_memory_kind(r->sbuf);
     int rc = prepare_buffers(&r->a, r->sbuf, r->rbuf, r->count, r->dtype);
     log_call(r->m, r->persistent ? "persistent allreduce start" : "iallreduce", &r->a, in_place);
-    __atomic_add_fetch(&twohop_served_calls, 1, __ATOMIC_RELAXED);
     __atomic_add_fetch(r->persistent ? &twohop_persistent_starts : &twohop_nonblocking_calls, 1,
                        __ATOMIC_RELAXED);
     r->nbc.super.req_state = OMPI_REQUEST_ACTIVE;
@@ -338,6 +337,15 @@ static int staged_request(twohop_module *m, bool persistent, const void *sbuf, v
     return err;
 }
 
+/*
+ * The shape of the non-blocking allreduces Open MPI's communicator construction runs on the
+ * parent communicator (context id and activation agreement: a few MPI_INT, MIN or MAX).
+ */
+static bool looks_internal(int count, ompi_datatype_t *dtype, ompi_op_t *op) {
+    return count > 0 && count <= 4 && dtype == &ompi_mpi_int.dt &&
+           (op == &ompi_mpi_op_max.op || op == &ompi_mpi_op_min.op);
+}
+
 /* The shared front of both forms: route, then the request of the right kind. */
 static int create(const void *sbuf, void *rbuf, int count, ompi_datatype_t *dtype,
                   ompi_op_t *op, ompi_communicator_t *comm, struct ompi_info_t *info,
@@ -359,11 +367,23 @@ static int create(const void *sbuf, void *rbuf, int count, ompi_datatype_t *dtyp
     call_args a;
     memset(&a, 0, sizeof(a));
     const char *why;
-    const call_route route = route_call(m, count, dtype, op, &a, &why);
+    call_route route;
+    const bool internal = m->setup_state == 0 && looks_internal(count, dtype, op);
+    if (internal) {
+        /* Before set-up: what Open MPI's communicator construction issues on the parent
+         * communicator, inside a process-wide lock that a (blocking) set-up must not wait in
+         * (other threads' constructions would wait for it). Decided from the op, the type
+         * signature and the set-up state (all rank-invariant). */
+        why = "small MPI_INT MIN/MAX before the communicator's set-up (Open MPI's own "
+              "communicator construction)";
+        route = CALL_FALLBACK;
+    } else {
+        route = route_call(m, count, dtype, op, &a, &why);
+    }
     if (route == CALL_BROKEN) return MPI_ERR_OTHER; /* reported once in set-up */
     if (route == CALL_FALLBACK) {
         const bool staged = kin != TWOHOP_KIND_HOST || kout != TWOHOP_KIND_HOST;
-        log_fallback(m, why, staged);
+        if (!internal) log_fallback(m, why, staged); /* internal: not the application's call */
         if (staged && count > 0) {
             return staged_request(m, persistent, sbuf, rbuf, count, dtype, op, kin, kout, info,
                                   request);

@@ -29,6 +29,7 @@
 
 #include "env_params.h"
 #include "mpi_types.h"
+#include "pmpi_staging.h"
 #include "rc_settings.h"
 #include "twohop_core.h"
 
@@ -61,6 +62,8 @@ typedef struct pmpi_state {
 
 static pthread_mutex_t states_lock = PTHREAD_MUTEX_INITIALIZER;
 static pmpi_state *states; /* every live state, for MPI_Finalize */
+
+int twohop_pmpi_active(void) { return enabled; }
 
 static void log_msg(int level, const char *msg) {
     if (level <= params.verbose) fprintf(stderr, "twohop[%d]: %s\n", world_rank, msg);
@@ -403,27 +406,6 @@ static int mpi_error(int rc) {
     }
 }
 
-/* A host copy of a buffer of memory the host must not touch (the span of the type map). */
-typedef struct staging {
-    char *user_lo, *host;
-    uint64_t bytes;
-    ptrdiff_t true_lb;
-} staging;
-
-static int stage_in(staging *st, int kind, const void *buf, MPI_Datatype dtype, uint64_t count) {
-    twohop_mpi_span(dtype, count, &st->true_lb, &st->bytes);
-    st->user_lo = (char *)buf + st->true_lb;
-    st->host = (char *)malloc((size_t)st->bytes + 1);
-    if (st->host == NULL) return TWOHOP_ERR_NO_MEMORY;
-    return twohop_kind_to_host(kind, st->host, st->user_lo, (size_t)st->bytes);
-}
-
-static char *staged_buf(const staging *st) { return st->host - st->true_lb; }
-
-static int stage_out(const staging *st, int kind) {
-    return twohop_kind_from_host(kind, st->user_lo, st->host, (size_t)st->bytes);
-}
-
 /* The MPI's own allreduce, with buffers of memory the host must not touch staged first. */
 static int fallback(pmpi_state *s, const char *why, const void *sbuf, void *rbuf, int count,
                     MPI_Datatype dtype, MPI_Op op, MPI_Comm comm, int kin, int kout) {
@@ -436,22 +418,7 @@ static int fallback(pmpi_state *s, const char *why, const void *sbuf, void *rbuf
         s->last_reason = why;
     }
     __atomic_add_fetch(&fallback_calls, 1, __ATOMIC_RELAXED);
-    if (!staged || count <= 0) return PMPI_Allreduce(sbuf, rbuf, count, dtype, op, comm);
-    staging sin = {0}, sout = {0};
-    const int in_place = sbuf == MPI_IN_PLACE;
-    int rc = stage_in(&sout, kout, rbuf, dtype, (uint64_t)count);
-    if (rc == TWOHOP_OK && !in_place) rc = stage_in(&sin, kin, sbuf, dtype, (uint64_t)count);
-    int mpi_rc = MPI_ERR_NO_MEM;
-    if (rc == TWOHOP_OK) {
-        mpi_rc = PMPI_Allreduce(in_place ? MPI_IN_PLACE : staged_buf(&sin), staged_buf(&sout),
-                                count, dtype, op, comm);
-        if (mpi_rc == MPI_SUCCESS && stage_out(&sout, kout) != TWOHOP_OK) mpi_rc = MPI_ERR_OTHER;
-    } else {
-        log_msg(0, "staging a device buffer through host memory failed");
-    }
-    free(sin.host);
-    free(sout.host);
-    return mpi_rc;
+    return staged_allreduce(sbuf, rbuf, count, dtype, op, comm, kin, kout);
 }
 
 /* User-defined op on canonical (packed) items: MPI_Reduce_local, through the user's layout
@@ -659,6 +626,13 @@ static int allreduce_impl(const void *sbuf, void *rbuf, int count, MPI_Datatype 
         PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter ||
         PMPI_Comm_size(comm, &size) != MPI_SUCCESS || size < 2) {
         if (enqueue && twohop_stream_sync(stream) != 0) return call_errhandler(comm, MPI_ERR_OTHER);
+        if (enabled && size == 1 && !inter && count > 0 && rbuf != MPI_IN_PLACE) {
+            /* A single-rank communicator: the MPI copies with a host memcpy, which device
+             * buffers must not reach. */
+            const int ko = twohop_memory_kind(rbuf);
+            const int ki = sbuf == MPI_IN_PLACE ? ko : twohop_memory_kind(sbuf);
+            return staged_allreduce(sbuf, rbuf, count, dtype, op, comm, ki, ko);
+        }
         return PMPI_Allreduce(sbuf, rbuf, count, dtype, op, comm);
     }
     const int in_place = sbuf == MPI_IN_PLACE;

@@ -49,26 +49,46 @@ const char *status_reason(int rc) {
 
 namespace {
 
-/* Ends the oldest queued call with `rc` (recording a failure on the communicator first). */
+/*
+ * Ends the oldest queued call with `rc`: records a failure on the communicator at once (its
+ * peers learn of it now) and moves the call to `completed`, whose done functions run on an
+ * MPI thread (deliver_completed): the proxy thread finishes jobs but never completes requests,
+ * so every request completion -- and the happens-before edge to the application's reads of
+ * the result -- comes from a thread inside an MPI call.
+ */
 void finish_head(twohop_comm *c, int rc) {
     QueuedCall *q = c->queue.front();
     c->queue.pop_front();
-    const char *why = nullptr;
-    char poisoned[320];
-    if (rc == TWOHOP_ERR_POISONED) {
-        std::snprintf(poisoned, sizeof(poisoned),
-                      "an earlier twohop allreduce on this communicator failed (%s); the "
-                      "communicator is unusable", c->failure.c_str());
-        why = poisoned;
-    } else if (rc != TWOHOP_OK) {
-        if (c->poisoned == TWOHOP_OK) c->fail(rc, status_reason(rc));
-        why = status_reason(rc);
+    if (rc != TWOHOP_OK && rc != TWOHOP_ERR_POISONED && c->poisoned == TWOHOP_OK) {
+        c->fail(rc, status_reason(rc));
     }
-    std::unique_ptr<QueuedCall> owned(q);
-    owned->job.reset(); // before done: the front end may free the buffers the job points to
-    g_queued.fetch_sub(1, std::memory_order_relaxed);
-    if (owned->async_ok) g_async_queued.fetch_sub(1, std::memory_order_release);
-    owned->done(owned->ctx, rc, why);
+    q->result = rc;
+    q->job.reset(); // before done: the front end may free the buffers the job points to
+    if (q->async_ok) g_async_queued.fetch_sub(1, std::memory_order_release);
+    c->completed.push_back(q);
+}
+
+/* Runs the done functions of the finished calls, oldest first (MPI threads only). */
+int deliver_completed(twohop_comm *c) {
+    int n = 0;
+    while (!c->completed.empty()) {
+        std::unique_ptr<QueuedCall> q(c->completed.front());
+        c->completed.pop_front();
+        const char *why = nullptr;
+        char poisoned[320];
+        if (q->result == TWOHOP_ERR_POISONED) {
+            std::snprintf(poisoned, sizeof(poisoned),
+                          "an earlier twohop allreduce on this communicator failed (%s); the "
+                          "communicator is unusable", c->failure.c_str());
+            why = poisoned;
+        } else if (q->result != TWOHOP_OK) {
+            why = status_reason(q->result);
+        }
+        g_queued.fetch_sub(1, std::memory_order_relaxed);
+        q->done(q->ctx, q->result, why);
+        ++n;
+    }
+    return n;
 }
 
 /*
@@ -77,7 +97,7 @@ void finish_head(twohop_comm *c, int rc) {
  */
 int advance_queue(twohop_comm *c, bool *pending, bool async_only = false,
                   bool *moved = nullptr) {
-    int completed = 0;
+    int completed = async_only ? 0 : deliver_completed(c);
     while (!c->queue.empty()) {
         QueuedCall *q = c->queue.front();
         if (async_only && !q->async_ok) break;
@@ -107,15 +127,17 @@ int advance_queue(twohop_comm *c, bool *pending, bool async_only = false,
                        std::chrono::duration<double>(Clock::now() - q->since).count() >
                            c->timeout_s) {
                 finish_head(c, TWOHOP_ERR_TIMEOUT);
-                ++completed;
+                if (moved) *moved = true;
+                if (!async_only) completed += deliver_completed(c);
                 continue;
             }
             break;
         }
         finish_head(c, rc);
-        ++completed;
+        if (moved) *moved = true;
+        if (!async_only) completed += deliver_completed(c);
     }
-    *pending = !c->queue.empty();
+    *pending = !c->queue.empty() || !c->completed.empty();
     return completed;
 }
 
@@ -204,7 +226,7 @@ void lock_engine(twohop_comm *c) {
 void unlock_engine(twohop_comm *c) { c->busy.store(false, std::memory_order_release); }
 
 void drain_queue(twohop_comm *c) {
-    bool pending = !c->queue.empty();
+    bool pending = !c->queue.empty() || !c->completed.empty();
     unsigned spins = 0;
     while (pending) {
         (void)advance_queue(c, &pending);
@@ -223,6 +245,11 @@ void forget_comm(twohop_comm *c) {
         g_queued.fetch_sub(1, std::memory_order_relaxed);
     }
     c->queue.clear();
+    for (QueuedCall *q : c->completed) {
+        delete q;
+        g_queued.fetch_sub(1, std::memory_order_relaxed);
+    }
+    c->completed.clear();
 }
 
 int progress_all(bool async_only) {

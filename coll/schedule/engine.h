@@ -16,6 +16,10 @@
  *   - Process-wide, a registry lists the communicators with queued calls; progress_all()
  *     (Open MPI: an opal_progress callback; any thread, any MPI thread level) advances them
  *     and makes no MPI call other than completing requests through their done functions.
+ *   - Done functions run only on threads inside an MPI call (the starting call, the progress
+ *     callback, a blocking call): a call the proxy thread finishes waits in
+ *     twohop_comm::completed until one of those delivers it. A failure is recorded on the
+ *     communicator (and told to its peers) at once, wherever it is found.
  *   - Asynchronous progress (coll_twohop_async_progress): while calls are queued, a detached
  *     job on the process's proxy thread (posted/proxy.h, the thread GPU-posted mode uses) runs
  *     progress_all(async only): it advances only calls whose every step is safe off the MPI
@@ -43,6 +47,7 @@ struct QueuedCall {
     void *ctx = nullptr;
     bool started = false;
     bool async_ok = false;      // the proxy thread may advance it (engine.cpp: async_safe)
+    int result = TWOHOP_OK;     // final status once in twohop_comm::completed
     uint64_t steps_seen = 0;    // job->steps() at the last check (timeouts)
     std::chrono::steady_clock::time_point since{};
 };

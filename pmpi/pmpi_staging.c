@@ -1,0 +1,51 @@
+/* Host staging of device buffers for the PMPI library (pmpi_staging.h). */
+#include "pmpi_staging.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "mpi_types.h"
+#include "twohop_core.h"
+
+int stage_alloc(staging *st, const void *buf, MPI_Datatype dtype, uint64_t count) {
+    twohop_mpi_span(dtype, count, &st->true_lb, &st->bytes);
+    st->user_lo = (char *)buf + st->true_lb;
+    st->host = (char *)malloc((size_t)st->bytes + 1);
+    return st->host == NULL ? TWOHOP_ERR_NO_MEMORY : TWOHOP_OK;
+}
+
+int stage_copy_in(const staging *st, int kind) {
+    return twohop_kind_to_host(kind, st->host, st->user_lo, (size_t)st->bytes);
+}
+
+int stage_in(staging *st, int kind, const void *buf, MPI_Datatype dtype, uint64_t count) {
+    const int rc = stage_alloc(st, buf, dtype, count);
+    return rc == TWOHOP_OK ? stage_copy_in(st, kind) : rc;
+}
+
+char *staged_buf(const staging *st) { return st->host - st->true_lb; }
+
+int stage_out(const staging *st, int kind) {
+    return twohop_kind_from_host(kind, st->user_lo, st->host, (size_t)st->bytes);
+}
+
+int staged_allreduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dtype, MPI_Op op,
+                     MPI_Comm comm, int kin, int kout) {
+    const int staged = kin != TWOHOP_KIND_HOST || kout != TWOHOP_KIND_HOST;
+    if (!staged || count <= 0) return PMPI_Allreduce(sbuf, rbuf, count, dtype, op, comm);
+    staging sin = {0}, sout = {0};
+    const int in_place = sbuf == MPI_IN_PLACE;
+    int rc = stage_in(&sout, kout, rbuf, dtype, (uint64_t)count);
+    if (rc == TWOHOP_OK && !in_place) rc = stage_in(&sin, kin, sbuf, dtype, (uint64_t)count);
+    int mpi_rc = MPI_ERR_NO_MEM;
+    if (rc == TWOHOP_OK) {
+        mpi_rc = PMPI_Allreduce(in_place ? MPI_IN_PLACE : staged_buf(&sin), staged_buf(&sout),
+                                count, dtype, op, comm);
+        if (mpi_rc == MPI_SUCCESS && stage_out(&sout, kout) != TWOHOP_OK) mpi_rc = MPI_ERR_OTHER;
+    } else {
+        fprintf(stderr, "twohop: staging a device buffer through host memory failed\n");
+    }
+    free(sin.host);
+    free(sout.host);
+    return mpi_rc;
+}
