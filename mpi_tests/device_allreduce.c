@@ -3,7 +3,7 @@
  * (scripts/gpu_check.sh runs it). Host code only (CUDA runtime API); built when the CUDA
  * toolkit is found.
  *
- * usage: device_allreduce check [--expect-twohop]
+ * usage: device_allreduce check [--expect-twohop] [--form nonblocking|persistent]
  *          kinds device, managed, pinned host, stream-ordered pool (default and custom): every
  *          kind as send and receive buffer, send and receive of different kinds, ranks with
  *          different kinds, in place, counts 1, 3, 1023 and 300001 (not multiples of 16 bytes),
@@ -12,7 +12,15 @@
  *          --expect-twohop the MPI_T counters must show twohop served every call; with
  *          --expect-gpu (one node, GPUs that reach each other) the GPU path must serve exactly
  *          the calls where every rank passes device memory (any kind but pinned host) as both
- *          buffers.
+ *          buffers. --form: every call as MPI_Iallreduce + MPI_Wait, or as a persistent
+ *          allreduce (MPI_Allreduce_init / MPIX_Allreduce_init) started once; the counters of
+ *          that form must move (coll_twohop_nonblocking_calls / _persistent_starts), and the
+ *          GPU path (blocking calls only) must not.
+ *        device_allreduce self
+ *          single-rank communicators (MPI_COMM_SELF, a split that leaves every rank alone) in
+ *          the three forms, device/managed/pool/pinned buffers, in place and not, a vector
+ *          datatype with holes: exact results, holes untouched (coll/self copies with a host
+ *          memcpy, which crashes on device memory). Also under mpirun -np 1.
  *        device_allreduce bench [--stage] [--pinned] [--max BYTES]
  *          MPI_FLOAT sum on device buffers, 8 B .. BYTES (default 256 MiB, x4 steps): median
  *          over iterations of the slowest rank's time, the calling thread's CPU time per call,
@@ -33,6 +41,37 @@
 #include <time.h>
 
 #include "twohop_pvars.h"
+#if MPI_VERSION < 4 && defined(OPEN_MPI)
+#include <mpi-ext.h>
+#endif
+
+/* The form of every checked call (--form). */
+enum { FORM_BLOCKING, FORM_NONBLOCKING, FORM_PERSISTENT };
+static int g_form = FORM_BLOCKING;
+
+/* One allreduce in the form g_form; returns the MPI error code. */
+static int allreduce_form(const void *s, void *r, int n, MPI_Datatype t, MPI_Op op,
+                          MPI_Comm comm) {
+    MPI_Request req;
+    int rc;
+    if (g_form == FORM_NONBLOCKING) {
+        rc = MPI_Iallreduce(s, r, n, t, op, comm, &req);
+    } else if (g_form == FORM_PERSISTENT) {
+#if MPI_VERSION >= 4
+        rc = MPI_Allreduce_init(s, r, n, t, op, comm, MPI_INFO_NULL, &req);
+#elif defined(OMPI_HAVE_MPI_EXT_PCOLLREQ) && OMPI_HAVE_MPI_EXT_PCOLLREQ
+        rc = MPIX_Allreduce_init(s, r, n, t, op, comm, MPI_INFO_NULL, &req);
+#else
+        return MPI_ERR_OTHER;
+#endif
+        if (rc == MPI_SUCCESS) rc = MPI_Start(&req);
+    } else {
+        return MPI_Allreduce(s, r, n, t, op, comm);
+    }
+    if (rc == MPI_SUCCESS) rc = MPI_Wait(&req, MPI_STATUS_IGNORE);
+    if (g_form == FORM_PERSISTENT && req != MPI_REQUEST_NULL) MPI_Request_free(&req);
+    return rc;
+}
 
 static int rank, size, failures;
 static bool expect_gpu; /* --expect-gpu: device-to-device cases on one node take the GPU path */
@@ -108,7 +147,7 @@ static void one_case(enum kind ks, enum kind kr, MPI_Datatype t, long n, bool in
     }
     struct twohop_counts c0 = twohop_pvars_read(&pv);
     MPI_Op op = t == MPI_DOUBLE ? MPI_MAX : MPI_SUM;
-    int rc = MPI_Allreduce(inplace ? MPI_IN_PLACE : s, r, (int)n, t, op, MPI_COMM_WORLD);
+    int rc = allreduce_form(inplace ? MPI_IN_PLACE : s, r, (int)n, t, op, MPI_COMM_WORLD);
     struct twohop_counts c1 = twohop_pvars_read(&pv);
     CK(cudaMemcpy(back, r, bytes, cudaMemcpyDefault));
     long bad = 0;
@@ -128,12 +167,15 @@ static void one_case(enum kind ks, enum kind kr, MPI_Datatype t, long n, bool in
                t == MPI_INT ? "int" : t == MPI_FLOAT ? "float" : "double", n, inplace, rc, bad);
         failures++;
     }
-    if (pv.found && c1.served - c0.served != 1) {
+    const unsigned long long served = g_form == FORM_NONBLOCKING ? c1.nonblocking - c0.nonblocking
+                                      : g_form == FORM_PERSISTENT ? c1.persistent - c0.persistent
+                                                                  : c1.served - c0.served;
+    if (pv.found && served != 1) {
         printf("FAIL rank %d: twohop did not serve (served +%llu, fallback +%llu)\n", rank,
-               c1.served - c0.served, c1.fallback - c0.fallback);
+               served, c1.fallback - c0.fallback);
         failures++;
     }
-    const bool want_gpu = expect_gpu && dev_all;
+    const bool want_gpu = expect_gpu && dev_all && g_form == FORM_BLOCKING;
     if (expect_gpu && (c1.gpu - c0.gpu) != (want_gpu ? 1u : 0u)) {
         printf("FAIL rank %d: send %s recv %s n=%ld: GPU path %s\n", rank,
                inplace ? "-" : kind_name[ks], kind_name[kr], n,
@@ -189,8 +231,68 @@ static int check(bool expect_twohop) {
     int total = 0;
     MPI_Reduce(&failures, &total, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
     MPI_Bcast(&total, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    if (rank == 0) printf("device_allreduce check: %d cases x %d ranks, %s\n", cases, size,
+    if (rank == 0) printf("device_allreduce check%s: %d cases x %d ranks, %s\n",
+                          g_form == FORM_NONBLOCKING ? " (MPI_Iallreduce)"
+                          : g_form == FORM_PERSISTENT ? " (persistent)" : "",
+                          cases, size, total ? "FAIL" : "OK");
+    return total ? 1 : 0;
+}
+
+/* Single-rank communicators in every form and memory kind (usage: mode self). */
+static int check_self(void) {
+    MPI_Comm alone;
+    MPI_Comm_split(MPI_COMM_WORLD, rank, 0, &alone);
+    const MPI_Comm comms[2] = {MPI_COMM_SELF, alone};
+    MPI_Datatype vec; /* 2 ints of every 3: holes the copy must not touch */
+    MPI_Type_vector(1000, 2, 3, MPI_INT, &vec);
+    MPI_Type_commit(&vec);
+    const size_t span = 3000 * sizeof(int);
+    int cases = 0, bad = 0;
+    int *h = malloc(span), *back = malloc(span);
+    for (int c = 0; c < 2; c++) {
+        for (int f = 0; f < 3; f++) {
+            g_form = f;
+            for (int k = 0; k < K_COUNT; k++) {
+                for (int inplace = 0; inplace < 2; inplace++) {
+                    for (int dt = 0; dt < 2; dt++) { /* contiguous 6000 ints, or the vector */
+                        int *r = alloc_kind(k, span), *sb = inplace ? NULL : alloc_kind(k, span);
+                        for (int i = 0; i < 3000; i++) h[i] = i * 7 + rank;
+                        CK(cudaMemcpy(inplace ? r : sb, h, span, cudaMemcpyDefault));
+                        if (!inplace) CK(cudaMemset(r, 0x55, span));
+                        const int rc = allreduce_form(inplace ? MPI_IN_PLACE : sb, r,
+                                                      dt ? 1 : 3000, dt ? vec : MPI_INT,
+                                                      MPI_SUM, comms[c]);
+                        CK(cudaMemcpy(back, r, span, cudaMemcpyDefault));
+                        int wrong = rc != MPI_SUCCESS;
+                        for (int i = 0; i < 3000 && !wrong; i++) {
+                            const bool hole = dt && i % 3 == 2;
+                            const int want = hole && !inplace ? 0x55555555 : i * 7 + rank;
+                            wrong = back[i] != want;
+                        }
+                        if (wrong) {
+                            printf("FAIL rank %d: single-rank %s, form %d, kind %s, inplace %d, "
+                                   "%s: rc %d\n", rank, c ? "split" : "MPI_COMM_SELF", f,
+                                   kind_name[k], inplace, dt ? "vector" : "contiguous", rc);
+                            bad++;
+                        }
+                        cases++;
+                        if (sb) free_kind(k, sb);
+                        free_kind(k, r);
+                    }
+                }
+            }
+        }
+    }
+    g_form = FORM_BLOCKING;
+    free(h);
+    free(back);
+    MPI_Type_free(&vec);
+    MPI_Comm_free(&alone);
+    int total = 0;
+    MPI_Reduce(&bad, &total, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
+    if (rank == 0) printf("device_allreduce self: %d cases x %d ranks, %s\n", cases, size,
                           total ? "FAIL" : "OK");
+    MPI_Bcast(&total, 1, MPI_INT, 0, MPI_COMM_WORLD);
     return total ? 1 : 0;
 }
 
@@ -321,8 +423,14 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--stage")) stage = true;
         else if (!strcmp(argv[i], "--pinned")) pinned = true;
         else if (!strcmp(argv[i], "--max") && i + 1 < argc) max_bytes = strtoull(argv[++i], NULL, 0);
+        else if (!strcmp(argv[i], "--form") && i + 1 < argc) {
+            ++i;
+            g_form = !strcmp(argv[i], "nonblocking") ? FORM_NONBLOCKING
+                     : !strcmp(argv[i], "persistent") ? FORM_PERSISTENT : FORM_BLOCKING;
+        }
     }
-    int rc = !strcmp(mode, "bench") ? bench(stage, pinned, max_bytes) : check(expect);
+    int rc = !strcmp(mode, "bench") ? bench(stage, pinned, max_bytes)
+             : !strcmp(mode, "self") ? check_self() : check(expect);
     twohop_pvars_close(&pv);
     CK(cudaMemPoolDestroy(custom_pool));
     MPI_Finalize();

@@ -3,13 +3,20 @@
 # the device-buffer checks and the device benchmark, and print the tables last.
 #
 # usage (on the GPU machine, from the repository root):
-#   bash scripts/gpu_check.sh [quick|vnodes|enqueue|posted|scale|host|mpich]
+#   bash scripts/gpu_check.sh [quick|vnodes|enqueue|posted|scale|host|mpich|forms]
 #   quick: checks only, no benchmark.
 #   enqueue: only the stream-ordered extension's checks (include/twohop.h).
 #   posted: only the GPU-posted mode's checks and benchmark (two virtual nodes).
 #   scale: only hop 2 at scale (8 B latency on 2..16 virtual nodes, set-up cost).
 #   vnodes: only the two-virtual-node checks and benchmarks (hop 1 and 3 on the GPU, hop 2 on
 #           the host), with the references they are compared with.
+#   forms: the non-blocking and persistent forms on device buffers (one GPU, two virtual nodes),
+#          single-rank communicators (MPI_COMM_SELF, singleton splits, mpirun -np 1) with
+#          device buffers; with OMB_DIR set (a directory holding OSU micro-benchmark binaries
+#          built by the user, CUDA-enabled for -d cuda) also osu_iallreduce -d cuda -c,
+#          osu_allreduce_persistent -d cuda -c, and the host overlap table (osu_iallreduce,
+#          MPI_FLOAT, 8 ranks: twohop against tuned/libnbc in the same run, and twohop's
+#          blocking osu_allreduce beside it).
 #   host: the host-memory table (scripts/bench_table.sh: twohop, tuned, han, two virtual nodes,
 #         copy bound) at 8 and 16 ranks, as docs/perf.md's 16-core section.
 #   mpich: MPICH instead of Open MPI, host buffers: build the PMPI library against Debian 12's
@@ -146,6 +153,62 @@ if meson test -C "$build" --list 2>/dev/null | grep -qx unit; then
         { summary+=("FAIL unit"); status=1; }
 else
     summary+=("SKIP unit (no GoogleTest found)")
+fi
+if [[ $mode == full || $mode == quick || $mode == forms ]]; then
+# The non-blocking and persistent forms: every kind, served by twohop (its form's counter),
+# never by the GPU path (blocking calls only).
+check np2_one_gpu_nonblocking 2 "" 0 --form nonblocking
+check np2_one_gpu_persistent 2 "" 0 --form persistent
+check np4_rr2_one_gpu_nonblocking 4 rr:2 0 --form nonblocking
+check np4_rr2_one_gpu_persistent 4 rr:2 0 --form persistent
+# Single-rank communicators with device buffers (coll/self would memcpy them on the host).
+for np in 1 2; do
+    t0=$SECONDS
+    if run "$np" "" 0 -- "$build/mpi_tests/device_allreduce" self >"$out/self_np$np.log" 2>&1; then
+        summary+=("PASS self np$np: $(grep -m1 'device_allreduce self' "$out/self_np$np.log") ($((SECONDS - t0)) s)")
+    else
+        summary+=("FAIL self np$np")
+        status=1
+        grep -E "FAIL|error|signal" "$out/self_np$np.log" | head -5
+    fi
+done
+fi
+if [[ $mode == forms && -n ${OMB_DIR:-} ]]; then
+    # The real OSU benchmarks (built by the user, OMB_DIR): validation on device buffers.
+    for b in osu_iallreduce osu_allreduce_persistent; do
+        [[ -x $OMB_DIR/$b ]] || { summary+=("SKIP $b (not in OMB_DIR)"); continue; }
+        for vn in "" rr:2; do
+            t0=$SECONDS
+            if run 4 "$vn" 0 -- "$OMB_DIR/$b" -d cuda -c -T mpi_float -m 8:16777216 -i 20 -x 5 \
+                >"$out/${b}_cuda${vn:+_$vn}.log" 2>&1 &&
+                ! grep -qi "fail" "$out/${b}_cuda${vn:+_$vn}.log"; then
+                summary+=("PASS $b -d cuda -c np4 ${vn:-one node} ($((SECONDS - t0)) s)")
+            else
+                summary+=("FAIL $b -d cuda -c np4 ${vn:-one node}")
+                status=1
+                grep -iE "fail|error|signal" "$out/${b}_cuda${vn:+_$vn}.log" | head -5
+            fi
+        done
+    done
+    # Host overlap: osu_iallreduce with twohop and with tuned (libnbc) in the same run, and
+    # twohop's blocking osu_allreduce; MPI_FLOAT, 8 ranks on one node.
+    if [[ -x $OMB_DIR/osu_iallreduce && -x $OMB_DIR/osu_allreduce ]]; then
+        for c in twohop tuned; do
+            bash mpi_tests/run_mpi.sh -c "$c" -n 8 -b "$build" -t 300 -- \
+                "$OMB_DIR/osu_iallreduce" -T mpi_float -m 8:16777216 >"$out/overlap_$c.txt" 2>&1
+            echo "== osu_iallreduce, 8 ranks, host buffers, coll $c"
+            grep -E "^#|^[0-9]" "$out/overlap_$c.txt"
+        done
+        bash mpi_tests/run_mpi.sh -n 8 -b "$build" -t 300 -- "$OMB_DIR/osu_allreduce" \
+            -T mpi_float -m 8:16777216 >"$out/blocking_twohop.txt" 2>&1
+        echo "== osu_allreduce (blocking), 8 ranks, host buffers, coll twohop"
+        grep -E "^#|^[0-9]" "$out/blocking_twohop.txt"
+    fi
+fi
+if [[ $mode == forms ]]; then
+    echo "================ gpu_check summary"
+    printf '%s\n' "${summary[@]}"
+    exit $status
 fi
 if [[ $mode == full || $mode == quick ]]; then
 check np2_one_gpu 2 "" 0 --expect-gpu
