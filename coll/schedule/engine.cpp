@@ -26,6 +26,19 @@ std::atomic<long> g_queued{0};
 /* A detached proxy job runs while async-safe calls are queued (engine.h). */
 std::atomic<bool> g_async_job{false};
 std::atomic<long> g_async_queued{0};
+/* When a thread inside an MPI call last ran progress_all (steady clock, ns): the proxy thread
+ * leaves the work to such a thread while it is there (kMpiDrives), so the two do not take the
+ * communicator's engine lock from each other. */
+std::atomic<int64_t> g_mpi_progress_ns{0};
+constexpr int64_t kMpiDrivesNs = 20000;
+/* Extra advances of a pending head per MPI progress call: flags move within a few checks, and
+ * one pass of the MPI's whole progress engine costs far more than one check. */
+constexpr int kMpiRetries = 8;
+
+int64_t now_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               Clock::now().time_since_epoch()).count();
+}
 
 } // namespace
 
@@ -117,6 +130,9 @@ int advance_queue(twohop_comm *c, bool *pending, bool async_only = false,
         if (rc == TWOHOP_OK && q->job) {
             rc = c->poll_transport();
             if (rc == TWOHOP_OK) rc = q->job->advance();
+            for (int k = 0; !async_only && rc == TWOHOP_PENDING && k < kMpiRetries; ++k) {
+                rc = q->job->advance();
+            }
         }
         if (rc == TWOHOP_PENDING) {
             if (moved && q->job->steps() != steps_before) *moved = true;
@@ -154,7 +170,12 @@ bool async_safe(const twohop_comm *c, const twohop_userbuf &in, const twohop_use
 
 
 int async_step() {
-    const int moved = progress_all(true);
+    int moved = -1;
+    if (now_ns() - g_mpi_progress_ns.load(std::memory_order_relaxed) < kMpiDrivesNs) {
+        std::this_thread::yield(); // a thread inside MPI drives the calls now
+    } else {
+        moved = progress_all(true);
+    }
     if (g_async_queued.load(std::memory_order_acquire) > 0) {
         if (moved < 0) std::this_thread::yield(); // nothing moved: leave the core to others
         return Proxy::kPending;
@@ -254,6 +275,7 @@ void forget_comm(twohop_comm *c) {
 
 int progress_all(bool async_only) {
     if (g_queued.load(std::memory_order_relaxed) == 0) return 0;
+    if (!async_only) g_mpi_progress_ns.store(now_ns(), std::memory_order_relaxed);
     std::unique_lock<std::mutex> g(g_mutex, std::try_to_lock);
     if (!g.owns_lock()) return async_only ? -1 : 0;
     int completed = 0;
