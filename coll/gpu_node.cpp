@@ -559,6 +559,11 @@ extern "C" const unsigned long long *twohop_doorbells_counter(void) {
     return reinterpret_cast<const unsigned long long *>(&g_doorbells);
 }
 
+/* GPU-posted calls: segments enqueued ahead of this rank's hop-2 results (at least the
+ * pipeline depth). About 3 + shards + owned shards stream operations per segment: 16 segments
+ * stay far below the stream queue's depth, and keep hop 1 well ahead of hop 2. */
+constexpr uint64_t kPostedWindow = 16;
+
 int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t count,
                         const twohop_reduction &red) {
     GpuHop1 &h = c->gpu_hop1;
@@ -612,19 +617,21 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
     };
     open_gates(); // the segments whose sets are free already need no wait on the GPU
 
-    // 1. The whole call on twohop's stream, in the CPU-posted pipeline's order: start(0) ..
+    // 1. The call on twohop's stream, in the CPU-posted pipeline's order: start(0) ..
     // start(depth - 1), finish(0), start(depth), finish(1), ... so that hop 1 of a segment
     // runs while the segments before it are in hop 2 (the stream is in order: a finish waits
-    // for hop 2 of its segment).
+    // for hop 2 of its segment). Enqueued by this thread while the proxy runs the job (2.),
+    // at most kPostedWindow segments ahead of the hop-2 results: the stream's queue stays
+    // short, so no enqueue ever blocks inside the driver behind a wait on a gate that only
+    // the proxy opens (with the whole call enqueued first, hundreds of segments filled it).
     bool ok = true;
     const int first = c->my_shards.front();
     auto start = [&](uint64_t k) {
         const uint64_t s = s0 + 1 + k;
         const int set = static_cast<int>(s % depth);
         const twohop::Range seg = twohop::segment_range(count, seg_items, k);
-        if (k >= gate_start) { // the proxy opens it when the buffer set is free
-            ok = cuda::wait_flag(dev, nullptr, &h.ring_dev->gate_start, k + 1);
-        }
+        // The proxy opens the gate when the buffer set is free (a wait on an open gate passes).
+        ok = ok && cuda::wait_flag(dev, nullptr, &h.ring_dev->gate_start, k + 1);
         for (size_t i = 0; ok && i < c->my_shards.size(); ++i) {
             const twohop::Range r = twohop::split_even(seg.count, shards,
                                                        static_cast<uint64_t>(c->my_shards[i]));
@@ -651,12 +658,28 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
         }
         ok = ok && cuda::write_flag(dev, nullptr, flag_addr(c, me, &RankFlags::done), s);
     };
-    for (uint64_t k = 0; ok && k < nseg; ++k) {
-        if (k >= depth) finish(k - depth);
-        start(k);
-    }
-    for (uint64_t k = nseg > depth ? nseg - depth : 0; ok && k < nseg; ++k) finish(k);
-    ok = ok && h.fence.record(dev);
+    const uint64_t window = depth > kPostedWindow ? depth : kPostedWindow;
+    uint64_t next_k = 0;                  // next segment to start (this thread only)
+    std::atomic<bool> enqueued_all{false}; // the fence after the last operation is recorded
+    std::atomic<bool> enqueue_failed{false};
+    auto results = [&]() { // segments whose hop-2 results this rank published (proxy: retire)
+        const uint64_t r = c->shm.flags(me).reduced.load(std::memory_order_acquire);
+        return r > s0 ? r - s0 : 0;
+    };
+    auto enqueue_more = [&]() -> bool {
+        while (ok && next_k < nseg && next_k < results() + window) {
+            if (next_k >= depth) finish(next_k - depth);
+            start(next_k);
+            ++next_k;
+        }
+        if (ok && next_k == nseg) {
+            for (uint64_t k = nseg > depth ? nseg - depth : 0; ok && k < nseg; ++k) finish(k);
+            ok = ok && h.fence.record(dev);
+            if (ok) enqueued_all.store(true, std::memory_order_release);
+        }
+        if (!ok) enqueue_failed.store(true, std::memory_order_release);
+        return ok && next_k < nseg;
+    };
     h.pending = true;
     // On failure: every wait of this rank's stream released, the stream drained.
     auto release = [&]() {
@@ -665,22 +688,22 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
         twohop::open_gate(&h.ring->gate_finish, uint64_t(1) << 62);
         h.settle();
     };
-    if (!ok) {
-        release();
-        return gpu_error(c, "enqueueing the GPU-posted call failed on local rank", me);
-    }
 
     // 2. The proxy thread posts hop 2 as the doorbell announces segments; this thread sleeps.
     // The transport behind the job: hop-2 rings over UCX for this communicator.
     class RingBackend : public twohop::PostedBackend {
       public:
         RingBackend(twohop_comm *c, const twohop_reduction &red, uint64_t count,
-                    uint64_t seg_items, uint64_t s0, const std::function<void()> &gates)
+                    uint64_t seg_items, uint64_t s0, const std::function<void()> &gates,
+                    const std::atomic<bool> *enqueued_all, const std::atomic<bool> *failed)
             : c_(c), reducer_(red), count_(count), seg_items_(seg_items), s0_(s0),
-              gates_(gates) {}
+              gates_(gates), enqueued_all_(enqueued_all), failed_(failed) {}
         // The proxy thread: UCX and shared memory only, never the MPI library (it may run
         // under MPI_THREAD_SINGLE, and no MPI progress is needed to finish hop 2).
-        int progress() override { return c_->poll_transport(); }
+        int progress() override {
+            if (failed_->load(std::memory_order_acquire)) return TWOHOP_ERR_TRANSPORT;
+            return c_->poll_transport();
+        }
         int post(const twohop::PostDesc &d) override {
             const uint64_t shards = static_cast<uint64_t>(c_->topo.n_shards());
             const uint64_t ib = reducer_.item_bytes();
@@ -711,6 +734,8 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
         }
         void gates() override { gates_(); }
         int drained() override {
+            // The fence is recorded after the last operation is enqueued, not before.
+            if (!enqueued_all_->load(std::memory_order_acquire)) return 0;
             const int q = c_->gpu_hop1.fence.query();
             return q < 0 ? TWOHOP_ERR_TRANSPORT : q;
         }
@@ -720,12 +745,17 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
         const twohop::Reducer reducer_; // the rings use it until they complete
         uint64_t count_, seg_items_, s0_;
         const std::function<void()> &gates_;
+        const std::atomic<bool> *enqueued_all_, *failed_;
     };
     const std::function<void()> gates_fn = open_gates;
-    RingBackend backend(c, red, count, seg_items, s0, gates_fn);
+    RingBackend backend(c, red, count, seg_items, s0, gates_fn, &enqueued_all, &enqueue_failed);
     twohop::PostedJob job(h.ring, &backend, s0, nseg, c->timeout_s, TWOHOP_ERR_TIMEOUT);
     auto step = [&job]() { return job.step(twohop::Proxy::kPending); };
-    int rc = twohop::Proxy::instance().run(step);
+    int rc = twohop::Proxy::instance().run(step, enqueue_more);
+    if (!ok) {
+        release();
+        return gpu_error(c, "enqueueing the GPU-posted call failed on local rank", me);
+    }
     if (rc == twohop::Proxy::kStopped || rc == twohop::kPostedBadDescriptor) {
         rc = TWOHOP_ERR_TRANSPORT;
     }

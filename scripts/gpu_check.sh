@@ -173,6 +173,26 @@ for np in 1 2; do
     fi
 done
 fi
+if [[ $mode == forms || $mode == posted ]]; then
+    # GPU-posted calls of 256 and 1024 one-MiB segments (256 MiB and 1 GiB of floats) on two
+    # virtual nodes: they hung when the whole call was enqueued before the proxy took it (the
+    # stream's queue filled while the GPU waited on a gate only the proxy opens). The timeout
+    # turns a hang into a failure.
+    for big in 268435456 1073741824; do
+        t0=$SECONDS
+        if CUDA_VISIBLE_DEVICES=0 bash mpi_tests/run_mpi.sh -n 4 -v rr:2 -b "$build" -t 400 \
+            -m coll_twohop_gpu_posted=1 -m coll_twohop_timeout=60 -- \
+            "$build/mpi_tests/twohop_osu_allreduce" -d cuda -c -f --expect-twohop -T mpi_float \
+            -m $big:$big -i 2 -x 1 >"$out/posted_big_$big.txt" 2>&1 &&
+            grep -q "GPU-posted [1-9]" "$out/posted_big_$big.txt"; then
+            summary+=("PASS GPU-posted $((big >> 20)) MiB np4_rr2 ($((SECONDS - t0)) s): $(grep -E "^$big " "$out/posted_big_$big.txt" | head -1)")
+        else
+            summary+=("FAIL GPU-posted $((big >> 20)) MiB np4_rr2 ($((SECONDS - t0)) s)")
+            status=1
+            tail -n 5 "$out/posted_big_$big.txt"
+        fi
+    done
+fi
 if [[ $mode == forms && -n ${OMB_DIR:-} ]]; then
     # The real OSU benchmarks (built by the user, OMB_DIR): validation on device buffers.
     for b in osu_iallreduce osu_allreduce_persistent; do

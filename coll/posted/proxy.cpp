@@ -9,7 +9,9 @@ Proxy &Proxy::instance() {
     return p;
 }
 
-int Proxy::run(std::function<int()> step) {
+int Proxy::run(std::function<int()> step) { return run(std::move(step), nullptr); }
+
+int Proxy::run(std::function<int()> step, const std::function<bool()> &alongside) {
     Job job;
     job.step = std::move(step);
     std::unique_lock<std::mutex> lock(m_);
@@ -19,6 +21,11 @@ int Proxy::run(std::function<int()> step) {
     queued_.fetch_add(1, std::memory_order_release);
     work_.notify_one();
     lock.unlock();
+    for (bool more = static_cast<bool>(alongside);
+         more && !job.finished.load(std::memory_order_acquire);) {
+        more = alongside();
+        if (more) std::this_thread::sleep_for(kAlongsidePause);
+    }
     const auto until = std::chrono::steady_clock::now() + kSpin;
     while (!job.finished.load(std::memory_order_acquire) &&
            std::chrono::steady_clock::now() < until) {

@@ -53,6 +53,15 @@ class Proxy {
      * called again: the caller must clean up what it started).
      */
     int run(std::function<int()> step);
+    /*
+     * run(), with work of the calling thread alongside: after queueing `step` the caller calls
+     * `alongside` until it returns false (pausing kAlongsidePause between calls) or the job
+     * ends, then sleeps as in run(). GPU-posted calls enqueue their segments this way, a
+     * bounded window ahead of the proxy, so the stream's queue never fills while the GPU waits
+     * on a gate only the proxy opens.
+     */
+    int run(std::function<int()> step, const std::function<bool()> &alongside);
+    static constexpr std::chrono::microseconds kAlongsidePause{20};
 
     /*
      * Queues `step` on the proxy thread without waiting for it (asynchronous progress of calls
