@@ -31,9 +31,9 @@ std::atomic<long> g_async_queued{0};
  * communicator's engine lock from each other. */
 std::atomic<int64_t> g_mpi_progress_ns{0};
 constexpr int64_t kMpiDrivesNs = 20000;
-/* Extra advances of a pending head per MPI progress call: flags move within a few checks, and
- * one pass of the MPI's whole progress engine costs far more than one check. */
-constexpr int kMpiRetries = 8;
+/* Advances without a step after which an MPI progress call gives up: flags move within a few
+ * checks, and one pass of the MPI's whole progress engine costs far more than one check. */
+constexpr int kMpiRetries = 16;
 
 int64_t now_ns() {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -130,8 +130,13 @@ int advance_queue(twohop_comm *c, bool *pending, bool async_only = false,
         if (rc == TWOHOP_OK && q->job) {
             rc = c->poll_transport();
             if (rc == TWOHOP_OK) rc = q->job->advance();
-            for (int k = 0; !async_only && rc == TWOHOP_PENDING && k < kMpiRetries; ++k) {
+            // Inside MPI (MPI_Wait, MPI_Test, ...): drive the job on while it moves, as the
+            // blocking call does, and give up after kMpiRetries advances without a step.
+            for (int idle = 0; !async_only && rc == TWOHOP_PENDING && idle < kMpiRetries;) {
+                const uint64_t before = q->job->steps();
+                if ((idle + 1) % 4 == 0 && (rc = c->poll_transport()) != TWOHOP_OK) break;
                 rc = q->job->advance();
+                idle = q->job->steps() == before ? idle + 1 : 0;
             }
         }
         if (rc == TWOHOP_PENDING) {
