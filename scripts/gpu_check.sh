@@ -16,7 +16,8 @@
 #          built by the user, CUDA-enabled for -d cuda) also osu_iallreduce -d cuda -c,
 #          osu_allreduce_persistent -d cuda -c, and the host overlap table (osu_iallreduce,
 #          MPI_FLOAT, 8 ranks: twohop against tuned/libnbc in the same run, and twohop's
-#          blocking osu_allreduce beside it).
+#          blocking osu_allreduce beside it); and the three forms of one allreduce in the same
+#          run (mpi_tests/forms_bench, host buffers, 8 and 16 ranks).
 #   host: the host-memory table (scripts/bench_table.sh: twohop, tuned, han, two virtual nodes,
 #         copy bound) at 8 and 16 ranks, as docs/perf.md's 16-core section.
 #   mpich: MPICH instead of Open MPI, host buffers: build the PMPI library against Debian 12's
@@ -224,6 +225,15 @@ if [[ $mode == forms && -n ${OMB_DIR:-} ]]; then
         echo "== osu_allreduce (blocking), 8 ranks, host buffers, coll twohop"
         grep -E "^#|^[0-9]" "$out/blocking_twohop.txt"
     fi
+fi
+if [[ $mode == forms ]]; then
+    # The three forms of one allreduce in the same run (mpi_tests/forms_bench.c), host buffers.
+    for np in 8 16; do
+        bash mpi_tests/run_mpi.sh -n $np -b "$build" -t 300 -- "$build/mpi_tests/forms_bench" \
+            >"$out/forms_bench_np$np.txt" 2>&1
+        echo "== forms_bench, $np ranks, host buffers"
+        grep -E "^#|^[0-9]" "$out/forms_bench_np$np.txt"
+    done
 fi
 if [[ $mode == forms ]]; then
     echo "================ gpu_check summary"
