@@ -184,6 +184,15 @@ static int req_cancel(ompi_request_t *req, int complete_flag) {
     return OMPI_SUCCESS; /* collectives cannot be cancelled (MPI 4.1, 3.8.4): a no-op */
 }
 
+/* A staged request whose inner request runs: active, and polled by the progress callback. */
+static void watch_staged(twohop_request *r) {
+    r->nbc.super.req_state = OMPI_REQUEST_ACTIVE;
+    opal_mutex_lock(&staged_lock);
+    r->next = staged_head;
+    __atomic_store_n(&staged_head, r, __ATOMIC_RELEASE);
+    opal_mutex_unlock(&staged_lock);
+}
+
 /* Starts one call of the request (non-blocking: at creation; persistent: at each start). */
 static int start_one(twohop_request *r) {
     r->nbc.super.req_status.MPI_ERROR = MPI_SUCCESS;
@@ -201,11 +210,7 @@ static int start_one(twohop_request *r) {
         }
         int err = r->inner->req_start(1, &r->inner);
         if (err != MPI_SUCCESS) return err;
-        r->nbc.super.req_state = OMPI_REQUEST_ACTIVE;
-        opal_mutex_lock(&staged_lock);
-        r->next = staged_head;
-        __atomic_store_n(&staged_head, r, __ATOMIC_RELEASE);
-        opal_mutex_unlock(&staged_lock);
+        watch_staged(r);
         return MPI_SUCCESS;
     }
     const bool in_place = r->sbuf == MPI_IN_PLACE;
@@ -323,11 +328,7 @@ static int staged_request(twohop_module *m, bool persistent, const void *sbuf, v
         err = m->prev_iallreduce(s, d, count, dtype, op, m->comm, &r->inner,
                                  m->prev_iallreduce_module);
         if (err == MPI_SUCCESS) {
-            r->nbc.super.req_state = OMPI_REQUEST_ACTIVE;
-            opal_mutex_lock(&staged_lock);
-            r->next = staged_head;
-            __atomic_store_n(&staged_head, r, __ATOMIC_RELEASE);
-            opal_mutex_unlock(&staged_lock);
+            watch_staged(r);
             *request = &r->nbc.super;
             return MPI_SUCCESS;
         }

@@ -56,23 +56,7 @@ EXPORT int MPI_Iallreduce(const void *sbuf, void *rbuf, int count, MPI_Datatype 
         !kinds(sbuf, rbuf, count, &kin, &kout)) {
         return PMPI_Iallreduce(sbuf, rbuf, count, dtype, op, comm, request);
     }
-    staging sin = {0}, sout = {0};
-    const int in_place = sbuf == MPI_IN_PLACE;
-    int rc = stage_in(&sout, kout, rbuf, dtype, (uint64_t)count);
-    if (rc == TWOHOP_OK && !in_place) rc = stage_in(&sin, kin, sbuf, dtype, (uint64_t)count);
-    int err = MPI_ERR_NO_MEM;
-    if (rc == TWOHOP_OK) {
-        MPI_Request inner;
-        err = PMPI_Iallreduce(in_place ? MPI_IN_PLACE : staged_buf(&sin), staged_buf(&sout),
-                              count, dtype, op, comm, &inner);
-        if (err == MPI_SUCCESS) err = PMPI_Wait(&inner, MPI_STATUS_IGNORE);
-        if (err == MPI_SUCCESS && stage_out(&sout, kout) != TWOHOP_OK) err = MPI_ERR_OTHER;
-    } else {
-        fprintf(stderr, "twohop: MPI_Iallreduce: staging a device buffer through host memory "
-                        "failed\n");
-    }
-    free(sin.host);
-    free(sout.host);
+    int err = staged_allreduce(sbuf, rbuf, count, dtype, op, comm, kin, kout, 1);
     if (err != MPI_SUCCESS) return err;
     err = PMPI_Grequest_start(done_query, done_free, done_cancel, NULL, request);
     if (err == MPI_SUCCESS) err = PMPI_Grequest_complete(*request);

@@ -30,7 +30,7 @@ int stage_out(const staging *st, int kind) {
 }
 
 int staged_allreduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dtype, MPI_Op op,
-                     MPI_Comm comm, int kin, int kout) {
+                     MPI_Comm comm, int kin, int kout, int nonblocking) {
     const int staged = kin != TWOHOP_KIND_HOST || kout != TWOHOP_KIND_HOST;
     if (!staged || count <= 0) return PMPI_Allreduce(sbuf, rbuf, count, dtype, op, comm);
     staging sin = {0}, sout = {0};
@@ -38,9 +38,16 @@ int staged_allreduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dtype
     int rc = stage_in(&sout, kout, rbuf, dtype, (uint64_t)count);
     if (rc == TWOHOP_OK && !in_place) rc = stage_in(&sin, kin, sbuf, dtype, (uint64_t)count);
     int mpi_rc = MPI_ERR_NO_MEM;
-    if (rc == TWOHOP_OK) {
+    if (rc == TWOHOP_OK && nonblocking) {
+        MPI_Request inner;
+        mpi_rc = PMPI_Iallreduce(in_place ? MPI_IN_PLACE : staged_buf(&sin), staged_buf(&sout),
+                                 count, dtype, op, comm, &inner);
+        if (mpi_rc == MPI_SUCCESS) mpi_rc = PMPI_Wait(&inner, MPI_STATUS_IGNORE);
+    } else if (rc == TWOHOP_OK) {
         mpi_rc = PMPI_Allreduce(in_place ? MPI_IN_PLACE : staged_buf(&sin), staged_buf(&sout),
                                 count, dtype, op, comm);
+    }
+    if (rc == TWOHOP_OK) {
         if (mpi_rc == MPI_SUCCESS && stage_out(&sout, kout) != TWOHOP_OK) mpi_rc = MPI_ERR_OTHER;
     } else {
         fprintf(stderr, "twohop: staging a device buffer through host memory failed\n");

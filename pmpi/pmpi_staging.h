@@ -30,11 +30,12 @@ int stage_in(staging *st, int kind, const void *buf, MPI_Datatype dtype, uint64_
 char *staged_buf(const staging *st);
 
 /*
- * PMPI_Allreduce with the buffers of kinds kin/kout (twohop_memory_kind) staged through host
- * copies when either is not host memory; returns an MPI error code (messages on stderr).
+ * PMPI_Allreduce (nonblocking: PMPI_Iallreduce + PMPI_Wait) with the buffers of kinds kin/kout
+ * (twohop_memory_kind) staged through host copies when either is not host memory (else the
+ * plain PMPI_Allreduce); returns an MPI error code (messages on stderr).
  */
 int staged_allreduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dtype, MPI_Op op,
-                     MPI_Comm comm, int kin, int kout);
+                     MPI_Comm comm, int kin, int kout, int nonblocking);
 
 /* 1 while the library serves allreduce (settings agreed at MPI_Init, priority >= 0). */
 int twohop_pmpi_active(void);

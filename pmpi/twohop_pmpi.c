@@ -418,7 +418,7 @@ static int fallback(pmpi_state *s, const char *why, const void *sbuf, void *rbuf
         s->last_reason = why;
     }
     __atomic_add_fetch(&fallback_calls, 1, __ATOMIC_RELAXED);
-    return staged_allreduce(sbuf, rbuf, count, dtype, op, comm, kin, kout);
+    return staged_allreduce(sbuf, rbuf, count, dtype, op, comm, kin, kout, 0);
 }
 
 /* User-defined op on canonical (packed) items: MPI_Reduce_local, through the user's layout
@@ -631,7 +631,7 @@ static int allreduce_impl(const void *sbuf, void *rbuf, int count, MPI_Datatype 
              * buffers must not reach. */
             const int ko = twohop_memory_kind(rbuf);
             const int ki = sbuf == MPI_IN_PLACE ? ko : twohop_memory_kind(sbuf);
-            return staged_allreduce(sbuf, rbuf, count, dtype, op, comm, ki, ko);
+            return staged_allreduce(sbuf, rbuf, count, dtype, op, comm, ki, ko, 0);
         }
         return PMPI_Allreduce(sbuf, rbuf, count, dtype, op, comm);
     }
