@@ -18,6 +18,7 @@
 #include "ompi_config.h"
 
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -225,7 +226,21 @@ static int host_foreign_pending(void *ctx, int peer) {
     return 0;
 }
 
-static void host_progress(void) { opal_progress(); }
+/*
+ * Open MPI's progress, for the core's waits. Below MPI_THREAD_MULTIPLE only the thread that
+ * initialised MPI may call into Open MPI: a call from any other thread (the proxy thread must
+ * only ever progress UCX and shared memory) is refused and counted (MPI_T
+ * coll_twohop_foreign_thread_progress, which the tests require to stay 0).
+ */
+static pthread_t mpi_init_thread;
+static unsigned long long foreign_progress_calls;
+static void host_progress(void) {
+    if (!mpi_threads && !pthread_equal(pthread_self(), mpi_init_thread)) {
+        __atomic_add_fetch(&foreign_progress_calls, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    opal_progress();
+}
 
 /* ------------------------------------------------------- datatype mapping ---- */
 
@@ -1026,6 +1041,7 @@ static mca_coll_base_module_t *twohop_comm_query(ompi_communicator_t *comm, int 
 static int twohop_init_query(bool enable_progress_threads, bool enable_mpi_threads) {
     (void)enable_progress_threads;
     mpi_threads = enable_mpi_threads;
+    mpi_init_thread = pthread_self(); /* MPI_Init runs init_query on the initialising thread */
     /* The first rank of each node snapshots the InfiniBand port counters for the job report. */
     if (twohop_adapter_params.rc_report && rc_report == NULL && opal_process_info.my_local_rank == 0) {
         rc_report = twohop_rc_report_begin(NULL, NULL);
@@ -1101,6 +1117,11 @@ static int twohop_register(void) {
     register_counter(c, "persistent_starts",
                      "Starts of persistent allreduces (MPI_Allreduce_init, MPIX_Allreduce_init) "
                      "executed by twohop's own algorithm", &twohop_persistent_starts);
+    register_counter(c, "foreign_thread_progress",
+                     "Calls of Open MPI's progress from a thread other than the one that "
+                     "initialised MPI below MPI_THREAD_MULTIPLE, refused (an invariant: twohop's "
+                     "proxy thread progresses UCX and shared memory only; must stay 0)",
+                     &foreign_progress_calls);
     register_counter(c, "gpu_path_calls",
                      "MPI_Allreduce calls twohop served with its GPU path (CUDA IPC and device "
                      "kernels)", twohop_gpu_calls_counter());

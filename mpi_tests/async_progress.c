@@ -8,6 +8,8 @@
  * without it (coll_twohop_async_progress 0) a multi-segment call cannot have finished, since
  * nothing advanced it. MPI_Wait then completes the call and the result is checked exactly.
  *   usage: async_progress on|off [count] [sleep_ms]
+ * Also (Open MPI component) the MPI_T counter coll_twohop_foreign_thread_progress must stay 0:
+ * the proxy thread that advanced the calls never called into Open MPI (MPI_THREAD_SINGLE here).
  * Exit status 0 and "RESULT: PASS" on rank 0 when every rank saw what `on`/`off` predicts.
  */
 #include <stdio.h>
@@ -16,6 +18,47 @@
 #include <unistd.h>
 
 #include <mpi.h>
+
+/*
+ * MPI_T counter `want` (unsigned long long, no object): a handle allocated by counter_open
+ * (Open MPI counts from the handle's allocation), read by counter_read; -1 when absent.
+ */
+struct counter {
+    MPI_T_pvar_session s;
+    MPI_T_pvar_handle h;
+    int ok;
+};
+
+static void counter_open(struct counter *c, const char *want) {
+    int num = 0, provided;
+    c->ok = 0;
+    if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS) return;
+    MPI_T_pvar_get_num(&num);
+    for (int i = 0; i < num && !c->ok; i++) {
+        char name[256], desc[1024];
+        int nl = sizeof name, dl = sizeof desc, verb, cls, bind, ro, cont, atomic, n;
+        MPI_Datatype dt;
+        MPI_T_enum et;
+        if (MPI_T_pvar_get_info(i, name, &nl, &verb, &cls, &dt, &et, desc, &dl, &bind, &ro, &cont,
+                                &atomic) != MPI_SUCCESS || strcmp(name, want) != 0) {
+            continue;
+        }
+        c->ok = MPI_T_pvar_session_create(&c->s) == MPI_SUCCESS &&
+                MPI_T_pvar_handle_alloc(c->s, i, NULL, &c->h, &n) == MPI_SUCCESS;
+    }
+}
+
+static long long counter_read(struct counter *c) {
+    unsigned long long x = 0;
+    long long v = -1;
+    if (c->ok && MPI_T_pvar_read(c->s, c->h, &x) == MPI_SUCCESS) v = (long long)x;
+    if (c->ok) {
+        MPI_T_pvar_handle_free(c->s, &c->h);
+        MPI_T_pvar_session_free(&c->s);
+    }
+    MPI_T_finalize();
+    return v;
+}
 
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
@@ -27,6 +70,8 @@ int main(int argc, char **argv) {
     const int sleep_ms = argc > 3 ? atoi(argv[3]) : 500;
     int *in = malloc(sizeof(int) * (size_t)count);
     volatile int *out = malloc(sizeof(int) * (size_t)count);
+    struct counter foreign_calls;
+    counter_open(&foreign_calls, "coll_twohop_foreign_thread_progress");
     int one = 1, sum = 0;
     MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD); /* set-up */
     int bad = 0;
@@ -51,6 +96,12 @@ int main(int argc, char **argv) {
                     on ? "on" : "off");
             bad++;
         }
+    }
+    const long long foreign = counter_read(&foreign_calls);
+    if (foreign > 0) {
+        fprintf(stderr, "async_progress: rank %d: %lld calls of Open MPI's progress from another "
+                "thread under MPI_THREAD_SINGLE\n", rank, foreign);
+        bad++;
     }
     int all = 0;
     MPI_Allreduce(&bad, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
