@@ -59,7 +59,8 @@ struct RankInfo {
     int32_t latency_hop2, gpu_posted;
     int32_t posted_batch, hop2_algorithm;
     uint64_t rhd_max_bytes;
-    int32_t rhd_min_nodes, pad3;
+    int32_t rhd_min_nodes, vnode_shm;
+    uint64_t host_key; // the real host (virtual_nodes replaces node_key)
     int32_t vn_error; // this rank could not parse coll_twohop_virtual_nodes
     int32_t gpu;      // this process has the CUDA driver and twohop's device kernels
     twohop::ShmOffer offer[twohop::kShmOffers]; // segments this rank retained (shm_cache.h)
@@ -323,6 +324,8 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
     me.shm_nonce = twohop::random_nonce();
     me.pidns = pidns;
     me.pid = static_cast<int64_t>(getpid());
+    me.host_key = a->host_key;
+    me.vnode_shm = prm.vnode_shm_transport != 0 && a->virtual_nodes && a->virtual_nodes[0];
     me.segment_bytes = prm.segment_bytes;
     me.small_msg_bytes = prm.small_msg_bytes;
     me.depth = prm.pipeline_depth;
@@ -367,7 +370,8 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
             info[r].posted_batch != info[0].posted_batch ||
             info[r].hop2_algorithm != info[0].hop2_algorithm ||
             info[r].rhd_max_bytes != info[0].rhd_max_bytes ||
-            info[r].rhd_min_nodes != info[0].rhd_min_nodes) {
+            info[r].rhd_min_nodes != info[0].rhd_min_nodes ||
+            info[r].vnode_shm != info[0].vnode_shm) {
             set_why(why, whylen, "coll_twohop_* algorithm parameters differ between ranks 0 and " +
                                      std::to_string(r));
             return TWOHOP_ERR_BAD_PARAM;
@@ -403,9 +407,23 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
     // the rounds, and consumes their sequence number, alike.)
     c->gpu_round = c->topo.n_shards() <= TWOHOP_GPU_MAX_RANKS;
     for (int r = 0; r < a->size; ++r) c->gpu_round = c->gpu_round && info[r].gpu;
-    // Local peers whose liveness can be checked: same pid namespace as mine.
-    for (int r : c->topo.node_ranks[c->topo.my_node]) {
-        c->local_pids.push_back(info[r].pidns == pidns && pidns != 0 ? info[r].pid : 0);
+    // Local peers whose liveness can be checked: same pid namespace as mine. With hop 2 over
+    // shared memory between virtual nodes (no UCX peer-failure handling), every rank of the
+    // communicator: they share the host.
+    c->vnode_shm = info[0].vnode_shm != 0;
+    if (c->vnode_shm) {
+        for (int r = 0; r < a->size; ++r) {
+            if (info[r].host_key != info[0].host_key) {
+                set_why(why, whylen, "coll_twohop_vnode_shm_transport needs every rank on one "
+                                     "host (testing aid for virtual nodes)");
+                return TWOHOP_ERR_BAD_PARAM;
+            }
+        }
+    }
+    for (int r = 0; r < a->size; ++r) {
+        const bool watched = c->vnode_shm ? r != a->rank
+                                          : c->topo.node_of[r] == c->topo.my_node;
+        if (watched) c->local_pids.push_back(info[r].pidns == pidns && pidns != 0 ? info[r].pid : 0);
     }
 
     // 3. The private communicator id for hop-2 tags.
@@ -513,7 +531,7 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
         if (rc == TWOHOP_OK) {
             rc = twohop::ucx::Worker::instance(config,
                                                a->thread_multiple != 0 || c->async_progress,
-                                               &c->worker, &err);
+                                               !c->vnode_shm, &c->worker, &err);
         }
         local_err = err;
         int xrc = ex.agree_or(rc != TWOHOP_OK, &agreed, &err);

@@ -96,6 +96,7 @@ struct twohop_comm {
     int latency_hop2 = 0;
     bool gpu_posted = false;               // coll_twohop_gpu_posted (agreed at set-up)
     bool async_progress = true;            // coll_twohop_async_progress (this process)
+    bool vnode_shm = false;                // coll_twohop_vnode_shm_transport (agreed)
     int posted_batch = 1;                  // coll_twohop_posted_batch
     std::vector<const twohop::ucx::Endpoint *> rd_peers;
     std::vector<twohop::RdOp> rds;

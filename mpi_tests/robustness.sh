@@ -14,6 +14,10 @@
 #                        differing-selection check cannot see it), rank 1 twohop with
 #                        coll_twohop_timeout 13: rank 1 must say after 10 s, at the default
 #                        verbosity, whom it waits for and what to check, then fail at 13 s
+#   vnode_shm_dead_peer  hop 2 between two virtual nodes over UCX shared memory
+#                        (coll_twohop_vnode_shm_transport 1: no UCX peer-failure handling): a
+#                        rank SIGKILLs itself mid-loop; every survivor must get an MPI error
+#                        (twohop's own liveness check) within 10 s
 #   killsetup            a rank is SIGKILLed before its first allreduce: mpirun exits non-zero
 #                        within 15 s; no twohop segment is left in /dev/shm
 #   quiet                RC settings on a host without RDMA devices, hop 2 over UCX: no UCX
@@ -100,6 +104,20 @@ selection_silent)
     grep -q "has waited 10 s for rank 0" "$out" || fail "no notice naming rank 0 after 10 s"
     grep -q "coll_twohop_priority differ" "$out" || fail "the notice does not say what to check"
     echo "selection_silent: notice, then failed after $took s"
+    ;;
+vnode_shm_dead_peer)
+    start=$SECONDS
+    rc=0
+    "${run[@]}" -n 4 -t 60 -v rr:2 -m coll_twohop_vnode_shm_transport=1 -- \
+        "$build/mpi_tests/fault_loop" --seconds 20 --errors-return --die-rank 1 --die-after 30 \
+        --timeout 40 >"$out" 2>&1 || rc=$?
+    took=$((SECONDS - start))
+    [[ $rc -ne 0 ]] || fail "mpirun exited 0 although a rank was killed"
+    n=$(grep -c "ERROR-RETURNED" "$out")
+    [[ $n -eq 3 ]] || fail "$n of 3 survivors got an MPI error (rc $rc)"
+    grep -q WATCHDOG "$out" && fail "a survivor hung"
+    [[ $took -le 30 ]] || fail "took $took s"
+    echo "vnode_shm_dead_peer: 3 survivors got an error, $took s"
     ;;
 killsetup)
     before=$(shm_files)

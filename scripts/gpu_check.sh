@@ -10,6 +10,9 @@
 #   scale: only hop 2 at scale (8 B latency on 2..16 virtual nodes, set-up cost).
 #   vnodes: only the two-virtual-node checks and benchmarks (hop 1 and 3 on the GPU, hop 2 on
 #           the host), with the references they are compared with.
+#   vnshm: two virtual nodes with hop 2 over UCX shared memory (coll_twohop_vnode_shm_transport
+#          1): device buffers CPU-posted and GPU-posted, and host buffers, 4 and 8 ranks, in
+#          one call (device_allreduce bench --pinned, twohop_osu_allreduce).
 #   forms: the non-blocking and persistent forms on device buffers (one GPU, two virtual nodes),
 #          single-rank communicators (MPI_COMM_SELF, singleton splits, mpirun -np 1) with
 #          device buffers; with OMB_DIR set (a directory holding OSU micro-benchmark binaries
@@ -154,6 +157,25 @@ if meson test -C "$build" --list 2>/dev/null | grep -qx unit; then
         { summary+=("FAIL unit"); status=1; }
 else
     summary+=("SKIP unit (no GoogleTest found)")
+fi
+if [[ $mode == vnshm ]]; then
+    for np in 4 8; do
+        for p in 0 1; do
+            RUN_MCA=coll_twohop_gpu_posted=$p run $np rr:2 0 -- bash -c \
+                'OMPI_MCA_coll_twohop_vnode_shm_transport=1 exec "$@"' _ \
+                "$build/mpi_tests/device_allreduce" bench --max 268435456 --pinned \
+                >"$out/vnshm_device_posted${p}_np$np.txt" 2>&1
+            echo "== device buffers, $np ranks, 2 virtual nodes (hop 2 over shared memory), gpu_posted=$p"
+            grep -E "^#|^ +[0-9]" "$out/vnshm_device_posted${p}_np$np.txt"
+        done
+        run $np rr:2 0 -- bash -c 'OMPI_MCA_coll_twohop_vnode_shm_transport=1 exec "$@"' _ \
+            "$build/mpi_tests/twohop_osu_allreduce" -T mpi_float -m 8:268435456 -i 10 -x 3 \
+            >"$out/vnshm_host_np$np.txt" 2>&1
+        echo "== host buffers, $np ranks, 2 virtual nodes (hop 2 over shared memory)"
+        grep -E "^#|^[0-9]" "$out/vnshm_host_np$np.txt"
+    done
+    echo "================ gpu_check summary"
+    exit 0
 fi
 if [[ $mode == full || $mode == quick || $mode == forms ]]; then
 # The non-blocking and persistent forms: every kind, served by twohop (its form's counter),

@@ -65,8 +65,8 @@ int settle(ucs_status_ptr_t req, Request *r) {
 
 } // namespace
 
-int Worker::instance(const ConfigPairs &config, bool thread_multi, Worker **out,
-                     std::string *err) {
+int Worker::instance(const ConfigPairs &config, bool thread_multi, bool peer_failure,
+                     Worker **out, std::string *err) {
     std::lock_guard<std::mutex> lock(g_worker_mutex);
     if (g_worker) {
         *out = g_worker;
@@ -118,6 +118,7 @@ int Worker::instance(const ConfigPairs &config, bool thread_multi, Worker **out,
         return TWOHOP_ERR_TRANSPORT;
     }
     w->mt_ = thread_multi;
+    w->peer_failure_ = peer_failure;
     ucp_address_t *addr = nullptr;
     size_t len = 0;
     s = ucp_worker_get_address(w->worker_, &addr, &len);
@@ -210,7 +211,9 @@ int Worker::connect(uint64_t peer_key, const uint8_t *addr, std::size_t len,
     p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
     p.address = reinterpret_cast<const ucp_address_t *>(addr);
-    p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    // Peer-failure handling rules out UCX's shared-memory transports (they cannot detect a
+    // dead peer): only the virtual-node testing aid turns it off.
+    p.err_mode = peer_failure_ ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
     auto rec = std::make_unique<Endpoint>();
     rec->peer_key = peer_key;
     p.err_handler.cb = &Worker::on_ep_error;

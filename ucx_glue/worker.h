@@ -83,7 +83,11 @@ class Worker {
      * configuration (later calls ignore `config`). Returns TWOHOP_OK or TWOHOP_ERR_TRANSPORT
      * with *err naming the failing UCX call and its message.
      */
-    static int instance(const ConfigPairs &config, bool thread_multi, Worker **out,
+    /* peer_failure: endpoints with UCX peer-failure handling (UCP_ERR_HANDLING_MODE_PEER);
+     * false only for the virtual-node testing aid (twohop watches the peers itself). Decided
+     * by the first caller (process-wide, like the rest of the configuration). */
+    static int instance(const ConfigPairs &config, bool thread_multi, bool peer_failure,
+                        Worker **out,
                         std::string *err);
     /* Closes every endpoint, the worker and the context. Safe to call when never created. */
     static void shutdown();
@@ -139,6 +143,7 @@ class Worker {
     std::unordered_map<uint64_t, std::unique_ptr<Endpoint>> eps_;
     std::mutex eps_mutex_;
     bool mt_ = false;       // serialise UCX calls with mt_mutex_ (MPI_THREAD_MULTIPLE)
+    bool peer_failure_ = true; // endpoints with UCP_ERR_HANDLING_MODE_PEER
     bool cuda_memory_ = false;
     std::mutex mt_mutex_;
 };
