@@ -116,6 +116,9 @@ int advance_queue(twohop_comm *c, bool *pending, bool async_only = false,
         if (async_only && !q->async_ok) break;
         const uint64_t steps_before = q->job ? q->job->steps() : 0;
         int rc = TWOHOP_OK;
+        // Draining a stream-ordered call still on this rank's GPU waits for the device and
+        // drives the MPI's progress: threads inside MPI only.
+        if (!q->started && async_only && q->job && c->gpu_hop1.enq_pending) break;
         if (!q->started) {
             q->started = true;
             q->since = Clock::now();
