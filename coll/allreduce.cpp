@@ -261,6 +261,15 @@ int call(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out, ui
         return TWOHOP_ERR_POISONED;
     }
     if (count == 0) return TWOHOP_OK;
+    // A blocking call from inside the progress of a call this thread runs on the same
+    // communicator (a nested collective) cannot be ordered: an error, never a self-deadlock.
+    if (twohop::held_by_this_thread(c)) {
+        if (why && whylen) {
+            std::snprintf(why, whylen, "allreduce started on a communicator from inside the "
+                          "progress of another allreduce on it (a nested collective)");
+        }
+        return TWOHOP_ERR_HOST;
+    }
     // After the calls queued before this one (non-blocking, persistent), which may fail.
     twohop::lock_engine(c);
     twohop::drain_queue(c);

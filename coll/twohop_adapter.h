@@ -114,6 +114,8 @@ void log_call(twohop_module *m, const char *form, const call_args *a, bool in_pl
 void log_fallback(twohop_module *m, const char *why, bool staged);
 void report_failure(twohop_module *m, const char *why);
 int to_mpi_error(int rc);
+/* The predefined type of the signature of count items of dtype (NULL: several), *n of it. */
+ompi_datatype_t *signature_base(ompi_datatype_t *dtype, int count, uint64_t *n);
 /* Allreduce on a single-rank communicator (input copied to output, memory kinds respected). */
 int self_copy(const void *sbuf, void *rbuf, int count, ompi_datatype_t *dtype);
 /* Host copies of `count` items of dtype at buf (whole type map, holes included): stage_alloc

@@ -551,6 +551,21 @@ static ompi_datatype_t *single_signature_type(ompi_datatype_t *t, int depth) {
     return single;
 }
 
+/*
+ * The predefined type the type signature of `count` items of dtype consists of (NULL when it
+ * mixes several) and, in *n, how many of it the signature holds.
+ */
+ompi_datatype_t *signature_base(ompi_datatype_t *dtype, int count, uint64_t *n) {
+    *n = 0;
+    ompi_datatype_t *b = ompi_datatype_is_predefined(dtype) ? dtype : single_signature_type(dtype, 0);
+    if (b == NULL || count <= 0) return b;
+    size_t ts = 0, bs = 0;
+    ompi_datatype_type_size(dtype, &ts);
+    ompi_datatype_type_size(b, &bs);
+    *n = bs ? (uint64_t)count * (ts / bs) : 0;
+    return b;
+}
+
 static const char *classify(ompi_datatype_t *dtype, ompi_op_t *op, twohop_reduction *red,
                             user_op_ctx *uctx, ompi_datatype_t **base_out, size_t *base_size,
                             size_t *base_extent, size_t *elems_per_item) {

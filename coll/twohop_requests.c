@@ -61,7 +61,6 @@ typedef struct twohop_request {
     staging fin, fout;        /* staged: host copies of the send / receive buffers */
     int kin, kout;            /* staged: memory kinds of the user's buffers */
     struct twohop_request *next; /* staged: in the list the progress callback polls */
-    int free_when_done;       /* MPI_Request_free came before completion */
 } twohop_request;
 
 static OBJ_CLASS_INSTANCE(twohop_request, ompi_coll_base_nbc_request_t, NULL, NULL);
@@ -85,14 +84,10 @@ static void release_request(twohop_request *r) {
     OBJ_RELEASE(r);
 }
 
-/* Marks the request complete with MPI error `err` (frees it when it was freed already). */
+/* Marks the request complete with MPI error `err`. Never releases it (nor its communicator):
+ * this may run inside the engine, whose locks a communicator's destruction would take. */
 static void complete(twohop_request *r, int err) {
     r->nbc.super.req_status.MPI_ERROR = err;
-    if (r->free_when_done) {
-        r->nbc.super.req_complete = REQUEST_COMPLETED;
-        release_request(r);
-        return;
-    }
     ompi_request_complete(&r->nbc.super, true);
 }
 
@@ -165,15 +160,12 @@ void twohop_requests_finalize(void) {
 
 /* ------------------------------------------------------------ request methods ---- */
 
+/* MPI_Request_free, or the end of MPI_Wait/MPI_Test. Freeing an active collective request is
+ * erroneous (MPI 4.1, 6.12): refused, as libnbc does, since the engine still points into it. */
 static int req_free(ompi_request_t **rptr) {
     twohop_request *r = (twohop_request *)*rptr;
+    if (!REQUEST_COMPLETE(&r->nbc.super)) return MPI_ERR_REQUEST;
     *rptr = MPI_REQUEST_NULL;
-    if (!REQUEST_COMPLETE(&r->nbc.super)) {
-        /* Freed while in flight: released when the call completes (the engine still points
-         * into it until then). */
-        r->free_when_done = 1;
-        return OMPI_SUCCESS;
-    }
     release_request(r);
     return OMPI_SUCCESS;
 }
@@ -181,7 +173,7 @@ static int req_free(ompi_request_t **rptr) {
 static int req_cancel(ompi_request_t *req, int complete_flag) {
     (void)req;
     (void)complete_flag;
-    return OMPI_SUCCESS; /* collectives cannot be cancelled (MPI 4.1, 3.8.4): a no-op */
+    return MPI_ERR_REQUEST; /* collectives cannot be cancelled (erroneous), as libnbc says */
 }
 
 /* A staged request whose inner request runs: active, and polled by the progress callback. */
@@ -278,7 +270,6 @@ static twohop_request *new_request(twohop_module *m, req_kind kind, bool persist
     memset(&r->fin, 0, sizeof(r->fin));
     memset(&r->fout, 0, sizeof(r->fout));
     r->next = NULL;
-    r->free_when_done = 0;
     OBJ_RETAIN(m->comm);
     OBJ_RETAIN(dtype);
     OBJ_RETAIN(op);
@@ -339,12 +330,18 @@ static int staged_request(twohop_module *m, bool persistent, const void *sbuf, v
 }
 
 /*
- * The shape of the non-blocking allreduces Open MPI's communicator construction runs on the
- * parent communicator (context id and activation agreement: a few MPI_INT, MIN or MAX).
+ * The shape of the non-blocking allreduces Open MPI's communicator construction (context id
+ * and activation agreement, also of MPI_Comm_idup) runs on the parent communicator: a type
+ * signature of at most 4 MPI_INT, MIN or MAX. It issues them from its progress engine, at
+ * moments that differ between ranks -- possibly inside a twohop call on the same
+ * communicator -- so they must never enter twohop's call order: always the previous module
+ * (whose non-blocking calls have a tag space of their own). Decided from the op and the type
+ * signature only.
  */
 static bool looks_internal(int count, ompi_datatype_t *dtype, ompi_op_t *op) {
-    return count > 0 && count <= 4 && dtype == &ompi_mpi_int.dt &&
-           (op == &ompi_mpi_op_max.op || op == &ompi_mpi_op_min.op);
+    if (op != &ompi_mpi_op_max.op && op != &ompi_mpi_op_min.op) return false;
+    uint64_t n = 0;
+    return signature_base(dtype, count, &n) == &ompi_mpi_int.dt && n > 0 && n <= 4;
 }
 
 /* The shared front of both forms: route, then the request of the right kind. */
@@ -369,14 +366,10 @@ static int create(const void *sbuf, void *rbuf, int count, ompi_datatype_t *dtyp
     memset(&a, 0, sizeof(a));
     const char *why;
     call_route route;
-    const bool internal = m->setup_state == 0 && looks_internal(count, dtype, op);
+    const bool internal = looks_internal(count, dtype, op);
     if (internal) {
-        /* Before set-up: what Open MPI's communicator construction issues on the parent
-         * communicator, inside a process-wide lock that a (blocking) set-up must not wait in
-         * (other threads' constructions would wait for it). Decided from the op, the type
-         * signature and the set-up state (all rank-invariant). */
-        why = "small MPI_INT MIN/MAX before the communicator's set-up (Open MPI's own "
-              "communicator construction)";
+        why = "at most 4 MPI_INT, MIN or MAX (the shape of Open MPI's own communicator "
+              "construction, issued from its progress engine)";
         route = CALL_FALLBACK;
     } else {
         route = route_call(m, count, dtype, op, &a, &why);

@@ -245,14 +245,37 @@ int drive(twohop_comm *c, Job &job) {
     }
 }
 
+namespace {
+/* Communicators whose engine lock this thread holds (a blocking call holds it while Open MPI's
+ * progress runs, and Open MPI's progress may start calls). */
+thread_local twohop_comm *t_held[8];
+thread_local int t_nheld = 0;
+} // namespace
+
+bool held_by_this_thread(const twohop_comm *c) {
+    for (int i = 0; i < t_nheld; ++i) {
+        if (t_held[i] == c) return true;
+    }
+    return false;
+}
+
 void lock_engine(twohop_comm *c) {
     unsigned spins = 0;
     while (c->busy.exchange(true, std::memory_order_acquire)) {
         if (++spins % 64 == 0) std::this_thread::yield();
     }
+    if (t_nheld < 8) t_held[t_nheld++] = c;
 }
 
-void unlock_engine(twohop_comm *c) { c->busy.store(false, std::memory_order_release); }
+void unlock_engine(twohop_comm *c) {
+    for (int i = 0; i < t_nheld; ++i) {
+        if (t_held[i] == c) {
+            t_held[i] = t_held[--t_nheld];
+            break;
+        }
+    }
+    c->busy.store(false, std::memory_order_release);
+}
 
 void drain_queue(twohop_comm *c) {
     bool pending = !c->queue.empty() || !c->completed.empty();
@@ -326,6 +349,13 @@ extern "C" int twohop_comm_iallreduce(twohop_comm *c, const twohop_userbuf *in,
     q->ctx = ctx;
     if (count > 0) q->job = twohop::make_job(c, *in, *out, count, *red);
     q->async_ok = count > 0 && twohop::async_safe(c, *in, *out, *red);
+    if (twohop::held_by_this_thread(c)) {
+        // Started from inside the progress of a call this thread is running on the same
+        // communicator: queue it behind; it is advanced once that call has ended.
+        twohop::enqueue_call(c, q);
+        if (q->async_ok) twohop::kick_async();
+        return TWOHOP_OK;
+    }
     twohop::lock_engine(c);
     twohop::enqueue_call(c, q);
     // A first pass at once: publishes this rank's input early, and small calls whose peers

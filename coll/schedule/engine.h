@@ -71,10 +71,13 @@ bool latency_path(const twohop_comm *c, uint64_t count, uint64_t item_bytes);
  */
 int drive(twohop_comm *c, Job &job);
 
-/* Takes / releases the communicator's engine lock (spins, with host progress, while another
- * thread holds it for a pass). */
+/* Takes / releases the communicator's engine lock (spins, yielding, while another thread holds
+ * it for a pass). Not re-entrant: see held_by_this_thread. */
 void lock_engine(twohop_comm *c);
 void unlock_engine(twohop_comm *c);
+/* True while this thread holds c's engine lock (a call started from inside the MPI progress
+ * of a call this thread runs on c must not wait for it). */
+bool held_by_this_thread(const twohop_comm *c);
 
 /* With the engine lock held: completes every queued call (their done functions run). */
 void drain_queue(twohop_comm *c);
