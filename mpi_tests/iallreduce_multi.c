@@ -91,6 +91,8 @@ int main(int argc, char **argv) {
     }
     struct twohop_counts c0 = twohop_pvars_read(&pv);
     unsigned long long nb_calls = 0, starts = 0;
+    /* Statuses (not MPI_STATUSES_IGNORE: GCC 12 misreads MPICH's definition of it). */
+    MPI_Status sts[MAXC > K ? MAXC : K];
 
     int *in[MAXC][K], *out[MAXC][K];
     for (int c = 0; c < nc; c++) {
@@ -117,7 +119,7 @@ int main(int argc, char **argv) {
         }
         for (int c = 0; c < nc; c++) {
             if (c == 0) {
-                MPI_Waitall(K, req[c], MPI_STATUSES_IGNORE);
+                MPI_Waitall(K, req[c], sts);
             } else if (c == 1) {
                 for (int left = K; left > 0; left--) {
                     int idx;
@@ -126,7 +128,7 @@ int main(int argc, char **argv) {
                 }
             } else if (c == 2) {
                 int flag = 0;
-                while (!flag) MPI_Testall(K, req[c], &flag, MPI_STATUSES_IGNORE);
+                while (!flag) MPI_Testall(K, req[c], &flag, sts);
             } else {
                 for (int k = K - 1; k >= 0; k--) MPI_Wait(&req[c][k], MPI_STATUS_IGNORE);
             }
@@ -152,7 +154,7 @@ int main(int argc, char **argv) {
         for (long i = 0; i < counts[1]; i++) in[0][1][i] = value(wrank, 320, i);
         MPI_Allreduce(in[0][1], out[0][1], counts[1], MPI_INT, MPI_SUM, comms[0]);
         check(verify(out[0][1], counts[1], wr[0], p[0], 320), "blocking behind queued", 0, 1);
-        MPI_Waitall(2, req, MPI_STATUSES_IGNORE);
+        MPI_Waitall(2, req, sts);
         for (int k = 0; k < 2; k++) {
             check(verify(out[0][k + 2], counts[k + 2], wr[0], p[0], 300 + k),
                   "queued before blocking", 0, k + 2);
@@ -177,7 +179,7 @@ int main(int argc, char **argv) {
             }
             if (it % 2 == 0) {
                 MPI_Startall(nc, preq);
-                MPI_Waitall(nc, preq, MPI_STATUSES_IGNORE);
+                MPI_Waitall(nc, preq, sts);
             } else {
                 for (int c = 0; c < nc; c++) MPI_Start(&preq[c]);
                 for (int c = nc - 1; c >= 0; c--) MPI_Wait(&preq[c], MPI_STATUS_IGNORE);

@@ -69,12 +69,13 @@ static void idup(int fresh) {
     for (int it = 0; it < 5; it++) {
         MPI_Comm nc;
         MPI_Request q[2];
+        MPI_Status sts[2]; /* not MPI_STATUSES_IGNORE: GCC 12 misreads MPICH's definition */
         MPI_Comm_idup(c, &nc, &q[0]);
         fill(in, N);
         memset(out, 0, sizeof out);
         if (fresh) {
             MPI_Iallreduce(in, out, N, MPI_INT, MPI_SUM, c, &q[1]);
-            MPI_Waitall(2, q, MPI_STATUSES_IGNORE);
+            MPI_Waitall(2, q, sts);
         } else {
             MPI_Allreduce(in, out, N, MPI_INT, MPI_SUM, c);
             MPI_Wait(&q[0], MPI_STATUS_IGNORE);
