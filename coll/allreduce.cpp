@@ -190,8 +190,6 @@ void twohop_comm::fail(int status, const std::string &why) {
 
 namespace {
 
-const char *describe(int rc) { return twohop::status_reason(rc); }
-
 } // namespace
 
 namespace {
@@ -254,10 +252,7 @@ int call(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out, ui
          const twohop_reduction &red, bool enqueue, void *stream, int *enqueued, char *why,
          size_t whylen) {
     if (c->poisoned != TWOHOP_OK) {
-        if (why && whylen) {
-            std::snprintf(why, whylen, "an earlier twohop allreduce on this communicator failed "
-                          "(%s); the communicator is unusable", c->failure.c_str());
-        }
+        twohop::poisoned_message(c, why, whylen);
         return TWOHOP_ERR_POISONED;
     }
     if (count == 0) return TWOHOP_OK;
@@ -278,15 +273,12 @@ int call(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out, ui
                        : run_call(c, in, out, count, red, enqueue, stream, enqueued);
     twohop::unlock_engine(c);
     if (rc == TWOHOP_ERR_POISONED) {
-        if (why && whylen) {
-            std::snprintf(why, whylen, "an earlier twohop allreduce on this communicator failed "
-                          "(%s); the communicator is unusable", c->failure.c_str());
-        }
+        twohop::poisoned_message(c, why, whylen);
         return rc;
     }
     if (rc != TWOHOP_OK) {
-        c->fail(rc, describe(rc));
-        if (why && whylen) std::snprintf(why, whylen, "%s", describe(rc));
+        c->fail(rc, twohop::status_reason(rc));
+        if (why && whylen) std::snprintf(why, whylen, "%s", twohop::status_reason(rc));
     }
     return rc;
 }
@@ -317,5 +309,5 @@ extern "C" int twohop_stream_sync(void *stream) {
 
 extern "C" void twohop_comm_abort(twohop_comm *c, int status, const char *why) {
     c->call_first_seq = c->seq + 1; // the call this rank cannot take part in
-    if (c->poisoned == TWOHOP_OK) c->fail(status, why ? why : describe(status));
+    if (c->poisoned == TWOHOP_OK) c->fail(status, why ? why : twohop::status_reason(status));
 }

@@ -176,6 +176,13 @@ static int req_cancel(ompi_request_t *req, int complete_flag) {
     return MPI_ERR_REQUEST; /* collectives cannot be cancelled (erroneous), as libnbc says */
 }
 
+/* The user's buffers into a staged request's host copies (0 or a twohop_status). */
+static int copy_in_staged(twohop_request *r) {
+    int rc = stage_copy_in(&r->fout, r->kout);
+    if (rc == TWOHOP_OK && r->fin.host) rc = stage_copy_in(&r->fin, r->kin);
+    return rc;
+}
+
 /* A staged request whose inner request runs: active, and polled by the progress callback. */
 static void watch_staged(twohop_request *r) {
     r->nbc.super.req_state = OMPI_REQUEST_ACTIVE;
@@ -196,10 +203,7 @@ static int start_one(twohop_request *r) {
         return MPI_SUCCESS;
     }
     if (r->kind == REQ_STAGED) {
-        if (stage_copy_in(&r->fout, r->kout) != TWOHOP_OK ||
-            (r->fin.host && stage_copy_in(&r->fin, r->kin) != TWOHOP_OK)) {
-            return MPI_ERR_OTHER;
-        }
+        if (copy_in_staged(r) != TWOHOP_OK) return MPI_ERR_OTHER;
         int err = r->inner->req_start(1, &r->inner);
         if (err != MPI_SUCCESS) return err;
         watch_staged(r);
@@ -311,8 +315,7 @@ static int staged_request(twohop_module *m, bool persistent, const void *sbuf, v
         }
     } else {
         /* Copy in first: the previous module may start reading at once. */
-        if (stage_copy_in(&r->fout, kout) != TWOHOP_OK ||
-            (!in_place && stage_copy_in(&r->fin, kin) != TWOHOP_OK)) {
+        if (copy_in_staged(r) != TWOHOP_OK) {
             release_request(r);
             return MPI_ERR_OTHER;
         }

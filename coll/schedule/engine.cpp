@@ -42,6 +42,13 @@ int64_t now_ns() {
 
 } // namespace
 
+void poisoned_message(const twohop_comm *c, char *why, size_t whylen) {
+    if (why && whylen) {
+        std::snprintf(why, whylen, "an earlier twohop allreduce on this communicator failed "
+                      "(%s); the communicator is unusable", c->failure.c_str());
+    }
+}
+
 const char *status_reason(int rc) {
     switch (rc) {
     case TWOHOP_ERR_PEER:
@@ -87,12 +94,10 @@ int deliver_completed(twohop_comm *c) {
     while (!c->completed.empty()) {
         std::unique_ptr<QueuedCall> q(c->completed.front());
         c->completed.pop_front();
-        const char *why = nullptr;
         char poisoned[320];
+        const char *why = nullptr;
         if (q->result == TWOHOP_ERR_POISONED) {
-            std::snprintf(poisoned, sizeof(poisoned),
-                          "an earlier twohop allreduce on this communicator failed (%s); the "
-                          "communicator is unusable", c->failure.c_str());
+            poisoned_message(c, poisoned, sizeof(poisoned));
             why = poisoned;
         } else if (q->result != TWOHOP_OK) {
             why = status_reason(q->result);

@@ -61,6 +61,8 @@ std::unique_ptr<Job> make_job(twohop_comm *c, const twohop_userbuf &in, const tw
 
 /* One-line reason of a failed call's status (log messages, `why` buffers). */
 const char *status_reason(int rc);
+/* The reason a call on a poisoned communicator fails, into why[0, whylen). */
+void poisoned_message(const twohop_comm *c, char *why, size_t whylen);
 
 /* Whether `count` items of `item_bytes` take the latency path (rank-invariant). */
 bool latency_path(const twohop_comm *c, uint64_t count, uint64_t item_bytes);
