@@ -18,6 +18,7 @@
 #include "gpu_node.h"
 #include "memory_kind.h"
 #include "schedule/engine.h"
+#include "schedule/stream_call.h"
 
 using twohop::RankFlags;
 
@@ -297,6 +298,17 @@ extern "C" int twohop_comm_allreduce_enqueue(twohop_comm *c, const twohop_userbu
                                              const twohop_reduction *red, void *stream,
                                              int *enqueued, char *why, size_t whylen) {
     *enqueued = 0;
+    // Several nodes: the call stays on the stream when this rank's buffers allow it
+    // (schedule/stream_call.h); a poisoned communicator fails in call() as always.
+    if (c->poisoned == TWOHOP_OK) {
+        bool taken = false;
+        const int rc = twohop_stream_enqueue_multinode(c, *in, *out, count, *red, stream, &taken,
+                                                       why, whylen);
+        if (taken) {
+            *enqueued = rc == TWOHOP_OK ? 1 : 0;
+            return rc;
+        }
+    }
     return call(c, *in, *out, count, *red, true, stream, enqueued, why, whylen);
 }
 

@@ -24,11 +24,13 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <unistd.h>
 
 #include "comm_ids.h"
 #include "comm_state.h"
 #include "schedule/engine.h"
+#include "schedule/stream_call.h"
 #include "cuda_driver.h"
 #include "gpu_kernel_list.h"
 #include "gpu_node.h"
@@ -283,7 +285,16 @@ twohop_comm::~twohop_comm() {
         new std::vector<twohop::RdOp>(std::move(rds));
         new std::vector<char>(std::move(scratch));
         shm.leak();
+        if (stream_slots) stream_slots->leak();
+    } else if (stream_slots) {
+        // Stream-ordered calls' host copies: the streams copy their last results out shortly
+        // after the gates opened; a copy still in use after 1 s stays allocated.
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+        while (!stream_slots->idle() && std::chrono::steady_clock::now() < until) {
+            std::this_thread::yield();
+        }
     }
+    stream_slots.reset();
     if (id_reserved) twohop::process_comm_ids().release(comm_id);
 }
 
@@ -581,6 +592,13 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
 
 extern "C" void twohop_comm_free(twohop_comm *c) {
     if (c == nullptr) return;
+    // Stream-ordered calls still queued (they have no request that keeps the communicator
+    // alive) complete first: their streams wait for them.
+    if (!c->queue.empty() || !c->completed.empty()) {
+        twohop::lock_engine(c);
+        twohop::drain_queue(c);
+        twohop::unlock_engine(c);
+    }
     twohop::forget_comm(c);
     delete c;
 }

@@ -55,7 +55,8 @@ constexpr int kMaxShards = (1 << kTagShardBits) - 1;
 constexpr int kMaxNodes = 1 << (kTagStepBits - 2);
 
 namespace twohop {
-struct QueuedCall; // coll/schedule/engine.h
+struct QueuedCall;  // coll/schedule/engine.h
+class StreamSlots;  // coll/schedule/stream_call.h
 }
 
 struct twohop_comm {
@@ -133,6 +134,10 @@ struct twohop_comm {
     std::deque<twohop::QueuedCall *> queue;
     std::deque<twohop::QueuedCall *> completed; // finished, done function not yet run
     std::atomic<bool> busy{false};
+    // Stream-ordered calls on several nodes (schedule/stream_call.h): their host copies, and
+    // the token of the last one (increasing; the stream and the host compare against it).
+    std::unique_ptr<twohop::StreamSlots> stream_slots;
+    uint64_t stream_token = 0;
 
     ~twohop_comm();
 

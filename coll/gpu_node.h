@@ -149,6 +149,9 @@ int gpu_node_enqueue(twohop_comm *c, const twohop_userbuf &in, const twohop_user
  */
 int gpu_enqueue_drain(twohop_comm *c);
 
+/* Counts a stream-ordered call that stayed on the stream (MPI_T coll_twohop_enqueued_calls). */
+void gpu_enqueued_count();
+
 /* Counts a call whose hop 1 ran on the GPU (MPI_T coll_twohop_gpu_hop1_calls). */
 void gpu_hop1_done();
 

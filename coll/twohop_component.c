@@ -1156,6 +1156,10 @@ static int twohop_register(void) {
     register_counter(c, "enqueued_calls",
                      "Stream-ordered allreduces (twohop_allreduce_enqueue) twohop enqueued on the "
                      "application's CUDA stream without waiting for it", twohop_enqueued_calls_counter());
+    register_counter(c, "enqueued_multinode_calls",
+                     "Of the stream-ordered allreduces that stayed on the stream, those on "
+                     "communicators of several nodes (host side run by the proxy thread)",
+                     twohop_enqueued_multinode_counter());
     return OMPI_SUCCESS;
 }
 

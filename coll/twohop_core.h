@@ -184,6 +184,9 @@ const unsigned long long *twohop_rabenseifner_counter(void);
 
 /* Stream-ordered calls enqueued by twohop in this process (coll_twohop_enqueued_calls). */
 const unsigned long long *twohop_enqueued_calls_counter(void);
+/* Of those, the calls on communicators of several nodes (coll_twohop_enqueued_multinode_calls):
+ * their host side runs on the proxy thread (coll/schedule/stream_job.h). */
+const unsigned long long *twohop_enqueued_multinode_counter(void);
 
 /*
  * This rank cannot take part in the allreduce it was called for (e.g. staging memory could not

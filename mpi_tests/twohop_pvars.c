@@ -119,6 +119,9 @@ bool twohop_pvars_open(struct twohop_pvars *pv) {
     int pers_idx = find_pvar("coll_twohop_persistent_starts", ignored, sizeof ignored);
     pv->has_pers = pers_idx >= 0 && MPI_T_pvar_handle_alloc(pv->session, pers_idx, NULL,
                                                             &pv->pers, &n) == MPI_SUCCESS;
+    int mn_idx = find_pvar("coll_twohop_enqueued_multinode_calls", ignored, sizeof ignored);
+    pv->has_enq_mn = mn_idx >= 0 && MPI_T_pvar_handle_alloc(pv->session, mn_idx, NULL,
+                                                            &pv->enq_mn, &n) == MPI_SUCCESS;
     pv->found = true;
     return true;
 }
@@ -136,6 +139,7 @@ struct twohop_counts twohop_pvars_read(const struct twohop_pvars *pv) {
         c.doorbells = pmpi_read("coll_twohop_doorbells");
         c.nonblocking = pmpi_read("coll_twohop_nonblocking_calls");
         c.persistent = pmpi_read("coll_twohop_persistent_starts");
+        c.enq_multinode = pmpi_read("coll_twohop_enqueued_multinode_calls");
     } else if (pv->found) {
         MPI_T_pvar_read(pv->session, pv->served, &c.served);
         MPI_T_pvar_read(pv->session, pv->fallback, &c.fallback);
@@ -146,6 +150,7 @@ struct twohop_counts twohop_pvars_read(const struct twohop_pvars *pv) {
         if (pv->has_bells) MPI_T_pvar_read(pv->session, pv->bells, &c.doorbells);
         if (pv->has_nb) MPI_T_pvar_read(pv->session, pv->nb, &c.nonblocking);
         if (pv->has_pers) MPI_T_pvar_read(pv->session, pv->pers, &c.persistent);
+        if (pv->has_enq_mn) MPI_T_pvar_read(pv->session, pv->enq_mn, &c.enq_multinode);
     }
     return c;
 }
@@ -164,6 +169,7 @@ void twohop_pvars_close(struct twohop_pvars *pv) {
         if (pv->has_posted) MPI_T_pvar_handle_free(pv->session, &pv->posted);
         if (pv->has_bells) MPI_T_pvar_handle_free(pv->session, &pv->bells);
         if (pv->has_nb) MPI_T_pvar_handle_free(pv->session, &pv->nb);
+        if (pv->has_enq_mn) MPI_T_pvar_handle_free(pv->session, &pv->enq_mn);
         if (pv->has_pers) MPI_T_pvar_handle_free(pv->session, &pv->pers);
         MPI_T_pvar_session_free(&pv->session);
     }

@@ -733,7 +733,8 @@ EXPORT int twohop_pmpi_allreduce_enqueue(const void *sbuf, void *rbuf, int count
  * The library's counters, by the names of the Open MPI component's MPI_T counters
  * (coll_twohop_allreduce_calls, coll_twohop_fallback_calls, coll_twohop_gpu_path_calls,
  * coll_twohop_gpu_hop1_calls, coll_twohop_gpu_posted_calls, coll_twohop_doorbells,
- * coll_twohop_rabenseifner_shards, coll_twohop_enqueued_calls): *value = the count in this
+ * coll_twohop_rabenseifner_shards, coll_twohop_enqueued_calls,
+ * coll_twohop_enqueued_multinode_calls): *value = the count in this
  * process. Returns 0, or -1 for an unknown name. Callable any time (tests find it with dlsym).
  */
 EXPORT int twohop_pmpi_counter(const char *name, unsigned long long *value) {
@@ -746,6 +747,7 @@ EXPORT int twohop_pmpi_counter(const char *name, unsigned long long *value) {
         {"coll_twohop_doorbells", twohop_doorbells_counter()},
         {"coll_twohop_rabenseifner_shards", twohop_rabenseifner_counter()},
         {"coll_twohop_enqueued_calls", twohop_enqueued_calls_counter()},
+        {"coll_twohop_enqueued_multinode_calls", twohop_enqueued_multinode_counter()},
     };
     for (size_t i = 0; name && i < sizeof(table) / sizeof(table[0]); ++i) {
         if (strcmp(name, table[i].name) == 0) {

@@ -55,6 +55,7 @@ struct Driver {
     CUresult (*device_get_attribute)(int *, CUdevice_attribute, CUdevice);
     CUresult (*stream_get_ctx)(CUstream, CUcontext *);
     CUresult (*ctx_get_device)(CUdevice *);
+    CUresult (*stream_is_capturing)(CUstream, CUstreamCaptureStatus *); // optional
 };
 
 Driver g_drv;
@@ -121,6 +122,8 @@ void do_load() {
                sym(h, "cuDeviceGetAttribute", &g_drv.device_get_attribute) &&
                sym(h, "cuStreamGetCtx", &g_drv.stream_get_ctx) &&
                sym(h, "cuCtxGetDevice", &g_drv.ctx_get_device);
+    g_drv.stream_is_capturing = reinterpret_cast<CUresult (*)(CUstream, CUstreamCaptureStatus *)>(
+        dlsym(h, "cuStreamIsCapturing"));
     g_error_name = reinterpret_cast<CUresult (*)(CUresult, const char **)>(dlsym(h, "cuGetErrorName"));
 }
 
@@ -591,6 +594,15 @@ bool sync_current() {
     return ok(g_drv.stream_synchronize(CU_STREAM_LEGACY), "cuStreamSynchronize");
 }
 
+int stream_capturing(void *stream) {
+    if (!g_loaded || g_drv.stream_is_capturing == nullptr) return 0;
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (!ok(g_drv.stream_is_capturing(static_cast<CUstream>(stream), &st), "cuStreamIsCapturing")) {
+        return -1;
+    }
+    return st == CU_STREAM_CAPTURE_STATUS_NONE ? 0 : 1;
+}
+
 int stream_device(void *stream) {
     if (!g_loaded || stream == nullptr) return -1;
     CUcontext ctx = nullptr, popped;
@@ -640,6 +652,7 @@ bool wait_flag(int, void *, void *, unsigned long long) { return false; }
 bool flag_ops_supported(int) { return false; }
 bool stream_sync(int, void *) { return false; }
 int stream_device(void *) { return -1; }
+int stream_capturing(void *) { return 0; }
 void *legacy_stream() { return nullptr; }
 bool sync_current() { return true; }
 Fence::~Fence() {}

@@ -342,34 +342,42 @@ static void enqueue_call(twohop_comm *c, QueuedCall *q) {
     if (std::find(g_active.begin(), g_active.end(), c) == g_active.end()) g_active.push_back(c);
 }
 
+int submit_job(twohop_comm *c, std::unique_ptr<Job> job, twohop_done_fn done, void *ctx,
+               bool async_ok) {
+    auto *q = new (std::nothrow) QueuedCall();
+    if (q == nullptr) return TWOHOP_ERR_NO_MEMORY;
+    q->done = done;
+    q->ctx = ctx;
+    q->job = std::move(job);
+    q->async_ok = q->job != nullptr && async_ok;
+    if (held_by_this_thread(c)) {
+        // Started from inside the progress of a call this thread is running on the same
+        // communicator: queue it behind; it is advanced once that call has ended.
+        enqueue_call(c, q);
+        if (q->async_ok) kick_async();
+        return TWOHOP_OK;
+    }
+    lock_engine(c);
+    enqueue_call(c, q);
+    // A first pass at once: publishes this rank's input early, and small calls whose peers
+    // are already there complete inside the start.
+    bool pending;
+    (void)advance_queue(c, &pending);
+    unlock_engine(c);
+    if (pending) kick_async();
+    return TWOHOP_OK;
+}
+
 } // namespace twohop
 
 extern "C" int twohop_comm_iallreduce(twohop_comm *c, const twohop_userbuf *in,
                                       const twohop_userbuf *out, uint64_t count,
                                       const twohop_reduction *red, twohop_done_fn done,
                                       void *ctx) {
-    auto *q = new (std::nothrow) twohop::QueuedCall();
-    if (q == nullptr) return TWOHOP_ERR_NO_MEMORY;
-    q->done = done;
-    q->ctx = ctx;
-    if (count > 0) q->job = twohop::make_job(c, *in, *out, count, *red);
-    q->async_ok = count > 0 && twohop::async_safe(c, *in, *out, *red);
-    if (twohop::held_by_this_thread(c)) {
-        // Started from inside the progress of a call this thread is running on the same
-        // communicator: queue it behind; it is advanced once that call has ended.
-        twohop::enqueue_call(c, q);
-        if (q->async_ok) twohop::kick_async();
-        return TWOHOP_OK;
-    }
-    twohop::lock_engine(c);
-    twohop::enqueue_call(c, q);
-    // A first pass at once: publishes this rank's input early, and small calls whose peers
-    // are already there complete inside the start.
-    bool pending;
-    (void)twohop::advance_queue(c, &pending);
-    twohop::unlock_engine(c);
-    if (pending) twohop::kick_async();
-    return TWOHOP_OK;
+    std::unique_ptr<twohop::Job> job;
+    if (count > 0) job = twohop::make_job(c, *in, *out, count, *red);
+    const bool async_ok = count > 0 && twohop::async_safe(c, *in, *out, *red);
+    return twohop::submit_job(c, std::move(job), done, ctx, async_ok);
 }
 
 extern "C" int twohop_core_progress(void) { return twohop::progress_all(); }

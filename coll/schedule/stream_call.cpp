@@ -1,0 +1,232 @@
+/* The stream-ordered call on several nodes (stream_call.h) and its host copies. */
+#include "stream_call.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "comm_state.h"
+#include "cuda_driver.h"
+#include "engine.h"
+#include "gpu_node.h"
+
+namespace twohop {
+namespace {
+
+std::atomic<unsigned long long> g_multinode_calls{0};
+constexpr uint64_t kPage = 4096;
+
+uint64_t round_up_pow2(uint64_t v) {
+    uint64_t p = kPage;
+    while (p < v) p <<= 1;
+    return p;
+}
+
+void free_slot(StreamSlot *s) {
+    if (s->host) {
+        cuda::host_unregister(s->device, s->host);
+        std::free(s->host);
+    }
+    if (s->words) {
+        cuda::host_unregister(s->device, s->words);
+        std::free(s->words);
+    }
+    delete s;
+}
+
+/* A stream-ordered call queued in the engine has no request: nothing to complete. Its failure
+ * is recorded on the communicator (poisoned), and the next call reports it. */
+void stream_done(void *, int, const char *) {}
+
+} // namespace
+
+const unsigned long long *enqueued_multinode_counter() {
+    return reinterpret_cast<const unsigned long long *>(&g_multinode_calls);
+}
+
+StreamSlots::~StreamSlots() {
+    for (StreamSlot *s : slots_) {
+        if (s->idle()) free_slot(s); // else the GPU may still copy from it: left allocated
+    }
+}
+
+bool StreamSlots::idle() const {
+    for (const StreamSlot *s : slots_) {
+        if (!s->idle()) return false;
+    }
+    return true;
+}
+
+bool StreamSlots::grow(StreamSlot *s, int device, uint64_t bytes) {
+    if (s->host && s->bytes >= bytes) return true;
+    if (s->host) {
+        cuda::host_unregister(s->device, s->host);
+        std::free(s->host);
+        s->host = nullptr;
+        s->bytes = 0;
+    }
+    const uint64_t want = round_up_pow2(bytes);
+    void *p = std::aligned_alloc(kPage, want);
+    if (p == nullptr) return false;
+    if (cuda::host_register(device, p, want) == nullptr) {
+        std::free(p);
+        return false;
+    }
+    s->host = static_cast<char *>(p);
+    s->bytes = want;
+    return true;
+}
+
+StreamSlot *StreamSlots::acquire(int device, uint64_t bytes, double timeout_s, bool *timed_out) {
+    *timed_out = false;
+    const auto start = std::chrono::steady_clock::now();
+    for (unsigned spins = 0;; ++spins) {
+        StreamSlot *best = nullptr;
+        for (StreamSlot *s : slots_) { // an idle slot, preferably one large enough
+            if (!s->idle()) continue;
+            if (best == nullptr || (s->bytes >= bytes && best->bytes < bytes)) best = s;
+        }
+        if (best == nullptr && slots_.size() < kMax) {
+            auto *s = new StreamSlot();
+            void *w = std::aligned_alloc(kPage, kPage);
+            if (w == nullptr) {
+                delete s;
+                return nullptr;
+            }
+            std::memset(w, 0, kPage);
+            s->words_dev = static_cast<StreamWords *>(cuda::host_register(device, w, kPage));
+            if (s->words_dev == nullptr) {
+                std::free(w);
+                delete s;
+                return nullptr;
+            }
+            s->words = static_cast<StreamWords *>(w);
+            s->device = device;
+            slots_.push_back(s);
+            best = s;
+        }
+        if (best != nullptr) return grow(best, best->device, bytes) ? best : nullptr;
+        // kMax calls in flight: the oldest is released once the proxy thread completed it and
+        // the stream copied its result out.
+        if (timeout_s > 0 && spins % 256 == 0 &&
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >
+                timeout_s) {
+            *timed_out = true;
+            return nullptr;
+        }
+        std::this_thread::yield();
+    }
+}
+
+} // namespace twohop
+
+using twohop::StreamSlot;
+
+extern "C" const unsigned long long *twohop_enqueued_multinode_counter(void) {
+    return twohop::enqueued_multinode_counter();
+}
+
+int twohop_stream_enqueue_multinode(twohop_comm *c, const twohop_userbuf &in,
+                                    const twohop_userbuf &out, uint64_t count,
+                                    const twohop_reduction &red, void *stream, bool *taken,
+                                    char *why, size_t whylen) {
+    namespace cuda = twohop::cuda;
+    *taken = false;
+    // What can stay on the stream: canonical device buffers, a predefined op (the proxy
+    // thread runs the host side: no user function there), and the proxy allowed to drive UCX
+    // (its worker is serialised only with asynchronous progress on).
+    if (count == 0 || c->topo.n_nodes() < 2 || !c->async_progress || !in.device ||
+        !out.device || red.op == TWOHOP_OP_USER || twohop::held_by_this_thread(c)) {
+        return TWOHOP_OK;
+    }
+    cuda::PointerInfo oi;
+    if (!cuda::pointer_info(out.device, &oi)) return TWOHOP_OK;
+    const int device = stream ? cuda::stream_device(stream) : oi.device;
+    if (device < 0 || !cuda::flag_ops_supported(device)) return TWOHOP_OK;
+    void *st = stream ? stream : cuda::legacy_stream();
+    const uint64_t bytes = count * red.item_bytes;
+
+    // A CUDA graph would replay the stream's half of the call without its host half: refused,
+    // and the call fails on every rank (this one cannot take part).
+    if (cuda::stream_capturing(st) != 0) {
+        twohop::lock_engine(c);
+        twohop::drain_queue(c);
+        twohop::unlock_engine(c);
+        std::snprintf(why, whylen, "twohop_allreduce_enqueue on a communicator of several "
+                      "nodes cannot be captured in a CUDA graph (its host side would not be "
+                      "replayed)");
+        if (c->poisoned == TWOHOP_OK) {
+            c->call_first_seq = c->seq + 1;
+            c->fail(TWOHOP_ERR_HOST, why);
+        }
+        *taken = true;
+        return TWOHOP_ERR_HOST;
+    }
+
+    if (!c->stream_slots) c->stream_slots.reset(new twohop::StreamSlots());
+    bool timed_out = false;
+    StreamSlot *slot = c->stream_slots->acquire(device, bytes, c->timeout_s, &timed_out);
+    if (slot == nullptr && !timed_out) return TWOHOP_OK; // no host copy: the blocking form
+    *taken = true;
+    const uint64_t token = ++c->stream_token;
+    bool ok = slot != nullptr;
+    bool waits = false; // the stream waits on the gate: it must be opened whatever happens
+    if (ok) {
+        slot->token = token;
+        ok = cuda::copy_async(device, slot->host, in.device, bytes, st) &&
+             cuda::write_flag(device, st, &slot->words_dev->arrived, token);
+        waits = ok && cuda::wait_flag(device, st, &slot->words_dev->gate, token);
+        ok = waits && cuda::copy_async(device, out.device, slot->host, bytes, st) &&
+             cuda::write_flag(device, st, &slot->words_dev->released, token);
+    }
+    if (!ok) {
+        // This rank cannot take part: the call fails on every rank (the others learn it from
+        // the poisoned communicator's failure flag and abort messages).
+        if (waits) twohop::open_word(&slot->words->gate, token);
+        std::snprintf(why, whylen, "%s",
+                      timed_out ? "no host copy was released within coll_twohop_timeout "
+                                  "(stream-ordered calls in flight do not progress)"
+                                : "enqueueing a stream-ordered allreduce on the application's "
+                                  "stream failed");
+        twohop::lock_engine(c);
+        twohop::drain_queue(c);
+        twohop::unlock_engine(c);
+        const int rc = timed_out ? TWOHOP_ERR_TIMEOUT : TWOHOP_ERR_TRANSPORT;
+        if (c->poisoned == TWOHOP_OK) {
+            c->call_first_seq = c->seq + 1;
+            c->fail(rc, why);
+        }
+        return rc;
+    }
+
+    // The host side: the job the blocking call would run on host buffers, on the host copy
+    // in place, after the node's GPU vote (answered no: the host copy is host memory).
+    twohop_userbuf h;
+    std::memset(&h, 0, sizeof(h));
+    h.direct = slot->host;
+    std::unique_ptr<twohop::Job> inner = twohop::make_job(c, h, h, count, red);
+    const bool vote = c->gpu_round && !twohop::latency_path(c, count, red.item_bytes);
+    auto start = [c, h, count, red, vote]() -> int {
+        if (!vote) return TWOHOP_OK;
+        bool gpu = false;
+        const int rc = gpu_node_allreduce(c, h, h, count, red, &gpu);
+        return rc != TWOHOP_OK ? rc : gpu ? TWOHOP_ERR_HOST : TWOHOP_OK;
+    };
+    std::unique_ptr<twohop::Job> job(
+        new twohop::StreamJob(std::move(inner), slot->words, token, start));
+    const int rc = twohop::submit_job(c, std::move(job), twohop::stream_done, nullptr, true);
+    if (rc != TWOHOP_OK) return rc;
+    gpu_enqueued_count();
+    twohop::g_multinode_calls.fetch_add(1, std::memory_order_relaxed);
+    if (c->verbose >= 3) {
+        char msg[160];
+        std::snprintf(msg, sizeof(msg), "stream-ordered call on %d nodes: %llu bytes, token %llu",
+                      c->topo.n_nodes(), static_cast<unsigned long long>(bytes),
+                      static_cast<unsigned long long>(token));
+        c->host.log(3, msg);
+    }
+    return TWOHOP_OK;
+}
