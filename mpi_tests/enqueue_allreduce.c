@@ -3,7 +3,12 @@
  * (scripts/gpu_check.sh runs it). Host code; the producer and checker kernels are in
  * enqueue_kernels.cu.
  *
- * usage: enqueue_allreduce [--expect-enqueued]
+ * usage: enqueue_allreduce [--expect-enqueued | --expect-enqueued-multinode]
+ *        enqueue_allreduce sizes [--max-bytes N]
+ *          per message size (8 B .. N, default 256 MiB, x4): how long the enqueue call takes to
+ *          return (slowest rank, slowest of the calls), the time per call of enqueued calls back
+ *          to back (stream synchronised at the end), and of blocking MPI_Allreduce on the same
+ *          device buffers, in one run
  *        enqueue_allreduce overlap [--blocking] [--bytes N] [--calls K] [--compute-ms T]
  *                                  [--blocks-per-sm B]
  *          a "compute" kernel (B blocks of 128 threads per SM, default 1, busy for T ms,
@@ -24,9 +29,14 @@
  *   forms        rank 0 calls MPI_Allreduce, the others twohop_allreduce_enqueue, all on device
  *                memory, in one call: the node takes the blocking path, results exact
  *   pool         cudaMallocAsync buffers (twohop stages them on the stream)
+ *   event        an event recorded after the call: another stream waiting for it, and the host
+ *                after cudaEventSynchronize, see the exact result
  *   errors       count -1 and recvbuf MPI_IN_PLACE are errors (MPI_ERRORS_RETURN), not hangs
  * With --expect-enqueued (one node, every rank on a GPU reaching the others) the MPI_T counter
- * coll_twohop_enqueued_calls must count exactly the calls that stay on the stream.
+ * coll_twohop_enqueued_calls must count exactly the calls that stay on the stream. With
+ * --expect-enqueued-multinode (several nodes) every call of a rank with device buffers stays on
+ * the stream whatever the other ranks pass (the host_rank and forms cases too), and
+ * coll_twohop_enqueued_multinode_calls counts the same calls.
  * Exit 0 when every case passes on every rank.
  */
 #define _GNU_SOURCE
@@ -48,7 +58,7 @@ int enqueue_test_check(const float *buf, long long n, float expect_base, float s
 int enqueue_test_compute(unsigned long long ns, int blocks, cudaStream_t s);
 
 static int rank, size, failures;
-static bool expect_enq;
+static bool expect_enq, multinode;
 static struct twohop_pvars pv;
 
 #define CK(x)                                                                                  \
@@ -92,6 +102,8 @@ static void check_on(const float *buf, long long n, float off, cudaStream_t s, c
 }
 
 static unsigned long long enqueued(void) { return twohop_pvars_read(&pv).enqueued; }
+
+static unsigned long long enqueued_mn(void) { return twohop_pvars_read(&pv).enq_multinode; }
 
 static void expect_count(unsigned long long before, unsigned long long want, const char *what) {
     unsigned long long got = enqueued() - before;
@@ -274,7 +286,7 @@ static void case_host_rank(void) {
         CK(cudaFree(in));
         CK(cudaFree(out));
     }
-    expect_count(before, 0, "host_rank");
+    expect_count(before, multinode && !host ? 1 : 0, "host_rank");
     CK(cudaStreamDestroy(s));
 }
 
@@ -298,7 +310,7 @@ static void case_forms(void) {
     }
     if (rc != MPI_SUCCESS) fail("forms: the call returned an error");
     check_on(out, n, 0, s, "forms: result");
-    expect_count(before, 0, "forms");
+    expect_count(before, multinode && rank != 0 ? 1 : 0, "forms");
     CK(cudaFree(in));
     CK(cudaFree(out));
     CK(cudaStreamDestroy(s));
@@ -338,6 +350,115 @@ static void case_errors(void) {
         fail("errors: recvbuf MPI_IN_PLACE accepted");
     }
     CK(cudaFree(buf));
+}
+
+static void case_event(void) {
+    const long long n = (1 << 20) + 3;
+    float *in, *out, *host;
+    cudaStream_t s, s2;
+    cudaEvent_t ev;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+    CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    CK(cudaMalloc((void **)&in, n * sizeof(float)));
+    CK(cudaMalloc((void **)&out, n * sizeof(float)));
+    CK(cudaMemset(out, 0, n * sizeof(float)));
+    CK(cudaMallocHost((void **)&host, n * sizeof(float)));
+    CK(cudaDeviceSynchronize());
+    if (enqueue_test_produce(in, n, (float)(rank + 1), 50000000ull, s) != 0) fail("event: producer");
+    if (twohop_allreduce_enqueue(in, out, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, s) !=
+        MPI_SUCCESS) {
+        fail("event: enqueue returned an error");
+    }
+    CK(cudaEventRecord(ev, s));
+    CK(cudaStreamWaitEvent(s2, ev, 0)); // a consumer on another stream
+    check_on(out, n, 0, s2, "event: consumer on another stream");
+    CK(cudaEventSynchronize(ev));       // the host after the event
+    CK(cudaMemcpy(host, out, n * sizeof(float), cudaMemcpyDeviceToHost));
+    for (long long i = 0; i < n; i++) {
+        if (host[i] != sum_base(0) + size * (float)(i % 7)) {
+            fail("event: host read after cudaEventSynchronize");
+            break;
+        }
+    }
+    CK(cudaFreeHost(host));
+    CK(cudaFree(in));
+    CK(cudaFree(out));
+    CK(cudaEventDestroy(ev));
+    CK(cudaStreamDestroy(s));
+    CK(cudaStreamDestroy(s2));
+}
+
+/* The size table (usage above). */
+static int sizes(int argc, char **argv) {
+    long long max_bytes = 256LL << 20;
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--max-bytes") && i + 1 < argc) max_bytes = atoll(argv[++i]);
+    }
+    float *in, *out;
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CK(cudaMalloc((void **)&in, max_bytes));
+    CK(cudaMalloc((void **)&out, max_bytes));
+    CK(cudaMemset(in, 0, max_bytes));
+    CK(cudaDeviceSynchronize());
+    if (rank == 0) {
+        printf("# %d ranks; us: enqueue call return (max over calls and ranks), enqueued per call "
+               "(back to back), blocking MPI_Allreduce per call; ratio enqueued/blocking\n",
+               size);
+        printf("%-12s %12s %12s %12s %8s\n", "bytes", "return_max", "enqueued", "blocking",
+               "ratio");
+    }
+    for (long long bytes = 8; bytes <= max_bytes; bytes *= 4) {
+        const int n = (int)(bytes / 4 > 0 ? bytes / 4 : 1);
+        const int calls = bytes <= (1 << 20) ? 50 : bytes <= (16 << 20) ? 10 : 3;
+        // warm-up (host copies sized, IPC mappings)
+        if (twohop_allreduce_enqueue(in, out, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, s) !=
+            MPI_SUCCESS) {
+            fail("sizes: enqueue returned an error");
+        }
+        CK(cudaStreamSynchronize(s));
+        MPI_Allreduce(MPI_IN_PLACE, out, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        double ret_max = 0, t_enq = 1e30, t_blk = 1e30;
+        for (int rep = 0; rep < 3; rep++) {
+            MPI_Barrier(MPI_COMM_WORLD);
+            double t0 = now_s();
+            for (int k = 0; k < calls; k++) {
+                const double c0 = now_s();
+                if (twohop_allreduce_enqueue(in, out, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, s) !=
+                    MPI_SUCCESS) {
+                    fail("sizes: enqueue returned an error");
+                }
+                const double r = now_s() - c0;
+                if (r > ret_max) ret_max = r;
+            }
+            CK(cudaStreamSynchronize(s));
+            double dt = now_s() - t0, worst;
+            MPI_Allreduce(&dt, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+            if (worst < t_enq) t_enq = worst;
+            MPI_Barrier(MPI_COMM_WORLD);
+            t0 = now_s();
+            for (int k = 0; k < calls; k++) {
+                if (MPI_Allreduce(in, out, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS) {
+                    fail("sizes: MPI_Allreduce returned an error");
+                }
+            }
+            dt = now_s() - t0;
+            MPI_Allreduce(&dt, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+            if (worst < t_blk) t_blk = worst;
+        }
+        double ret_all = 0;
+        MPI_Allreduce(&ret_max, &ret_all, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        if (rank == 0) {
+            printf("%-12lld %12.1f %12.1f %12.1f %8.2f\n", bytes, ret_all * 1e6,
+                   t_enq / calls * 1e6, t_blk / calls * 1e6, t_enq / t_blk);
+            fflush(stdout);
+        }
+    }
+    CK(cudaFree(in));
+    CK(cudaFree(out));
+    CK(cudaStreamDestroy(s));
+    return 0;
 }
 
 /* Median of 5 runs of fn (slowest rank's time, seconds). */
@@ -444,6 +565,7 @@ int main(int argc, char **argv) {
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--expect-enqueued")) expect_enq = true;
+        if (!strcmp(argv[i], "--expect-enqueued-multinode")) expect_enq = multinode = true;
     }
     twohop_pvars_open(&pv);
     if (expect_enq && !pv.has_enq) fail("coll_twohop_enqueued_calls not found");
@@ -451,6 +573,13 @@ int main(int argc, char **argv) {
     { // set up MPI_COMM_WORLD's twohop state before the timed case
         float x = 1, y;
         MPI_Allreduce(&x, &y, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    }
+    if (argc > 1 && !strcmp(argv[1], "sizes")) {
+        sizes(argc, argv);
+        CK(cudaFree(d_errors));
+        twohop_pvars_close(&pv);
+        MPI_Finalize();
+        return failures ? 1 : 0;
     }
     if (argc > 1 && !strcmp(argv[1], "overlap")) {
         overlap(argc, argv);
@@ -465,7 +594,15 @@ int main(int argc, char **argv) {
     case_host_rank();
     case_forms();
     case_pool();
+    case_event();
     case_errors();
+    if (multinode && pv.has_enq_mn && enqueued_mn() != enqueued()) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "coll_twohop_enqueued_multinode_calls %llu != "
+                 "coll_twohop_enqueued_calls %llu on several nodes", enqueued_mn(), enqueued());
+        fail(msg);
+    }
+    if (multinode && !pv.has_enq_mn) fail("coll_twohop_enqueued_multinode_calls not found");
     int total = 0;
     MPI_Reduce(&failures, &total, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
     MPI_Bcast(&total, 1, MPI_INT, 0, MPI_COMM_WORLD);

@@ -13,6 +13,11 @@
 #   vnshm: two virtual nodes with hop 2 over UCX shared memory (coll_twohop_vnode_shm_transport
 #          1): device buffers CPU-posted and GPU-posted, and host buffers, 4 and 8 ranks, in
 #          one call (device_allreduce bench --pinned, twohop_osu_allreduce).
+#   streamnodes: the stream-ordered call on two virtual nodes (stays on the stream, its host
+#          side on the proxy thread): enqueue_allreduce's cases with
+#          --expect-enqueued-multinode at 4 ranks (hop 2 over TCP) and 8 ranks (over UCX shared
+#          memory), the README example, the size table (call return time, enqueued and blocking
+#          time per call, 4 and 8 ranks, shared memory) and the overlap with a compute kernel.
 #   forms: the non-blocking and persistent forms on device buffers (one GPU, two virtual nodes),
 #          single-rank communicators (MPI_COMM_SELF, singleton splits, mpirun -np 1) with
 #          device buffers; with OMB_DIR set (a directory holding OSU micro-benchmark binaries
@@ -177,6 +182,44 @@ if [[ $mode == vnshm ]]; then
     echo "================ gpu_check summary"
     exit 0
 fi
+if [[ $mode == streamnodes ]]; then
+    shm=(bash -c 'OMPI_MCA_coll_twohop_vnode_shm_transport=1 exec "$@"' _)
+    for cfg in "4 tcp" "8 shm"; do
+        read -r np net <<<"$cfg"
+        pre=()
+        [[ $net == shm ]] && pre=("${shm[@]}")
+        t0=$SECONDS
+        if CHECK_VERBOSE=1 run $np rr:2 0 -- "${pre[@]}" "$build/mpi_tests/enqueue_allreduce" \
+            --expect-enqueued-multinode >"$out/enqueue_np${np}_rr2_$net.log" 2>&1; then
+            summary+=("PASS enqueue np${np}_rr2 ($net, $((SECONDS - t0)) s): $(grep -m1 '^ordering' "$out/enqueue_np${np}_rr2_$net.log")")
+        else
+            summary+=("FAIL enqueue np${np}_rr2 ($net, $((SECONDS - t0)) s)")
+            status=1
+            grep -E "FAIL|error|signal" "$out/enqueue_np${np}_rr2_$net.log" | head -5
+        fi
+    done
+    if run 4 rr:2 0 -- "$build/mpi_tests/allreduce_enqueue" >"$out/example_enqueue_rr2.log" 2>&1 &&
+        grep -q "rc 0, grad\[0\] = 6 (expected 6)" "$out/example_enqueue_rr2.log"; then
+        summary+=("PASS README example allreduce_enqueue np4_rr2")
+    else
+        summary+=("FAIL README example allreduce_enqueue np4_rr2")
+        status=1
+    fi
+    for np in 4 8; do
+        run $np rr:2 0 -- "${shm[@]}" "$build/mpi_tests/enqueue_allreduce" sizes \
+            --max-bytes 268435456 >"$out/stream_sizes_np$np.txt" 2>&1 || status=1
+        echo "== stream-ordered on 2 virtual nodes (hop 2 over shared memory), $np ranks"
+        grep -E "^#|^[0-9b]" "$out/stream_sizes_np$np.txt"
+    done
+    for b in "" --blocking; do
+        run 4 rr:2 0 -- "${shm[@]}" "$build/mpi_tests/enqueue_allreduce" overlap $b \
+            --bytes 4194304 --calls 4 --compute-ms 12 >"$out/stream_overlap_np4$b.txt" 2>&1
+        summary+=("overlap np4_rr2 shm ${b:-enqueued}: $(grep -m1 '^overlap' "$out/stream_overlap_np4$b.txt" || echo FAILED)")
+    done
+    echo "================ gpu_check summary"
+    printf '%s\n' "${summary[@]}"
+    exit $status
+fi
 if [[ $mode == full || $mode == quick || $mode == forms ]]; then
 # The non-blocking and persistent forms: every kind, served by twohop (its form's counter),
 # never by the GPU path (blocking calls only).
@@ -288,7 +331,8 @@ fi
 fi # checks
 
 # The stream-ordered extension (include/twohop.h): on one node every device call stays on the
-# stream; on virtual nodes it completes as a blocking call, with the same results.
+# stream when the node's ranks all pass device buffers; on virtual nodes every rank's call with
+# device buffers stays on the stream (its host side on the proxy thread).
 enq() { # enq NAME NP VNODES GPUS [ARGS]
     local name=$1 np=$2 vn=$3 gpus=$4
     shift 4
@@ -319,7 +363,7 @@ if [[ $mode != vnodes && $mode != posted && $mode != scale ]]; then
     enq np2_one_gpu 2 "" 0 --expect-enqueued
     enq np4_one_gpu 4 "" 0 --expect-enqueued
     ((ngpu >= 2)) && enq np2_two_gpus 2 "" 0,1 --expect-enqueued
-    enq np4_rr2_one_gpu 4 rr:2 0
+    enq np4_rr2_one_gpu 4 rr:2 0 --expect-enqueued-multinode
 fi
 
 if [[ $mode == full || $mode == quick ]]; then

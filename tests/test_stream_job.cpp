@@ -64,14 +64,21 @@ TEST(StreamJob, WaitsForTheStreamThenOpensTheGate) {
     EXPECT_EQ(starts, 1);       // the vote runs once, before the stream arrived
     EXPECT_FALSE(job.arrived());
     EXPECT_EQ(load(&w.gate), 0u);
+    // Waiting for the application is no step (an MPI progress call gives up after a few
+    // advances without one), and no timeout runs meanwhile.
     const uint64_t before = job.steps();
-    EXPECT_GT(before, 0u); // waiting for the application counts as steps (no timeout there)
+    EXPECT_EQ(job.advance(), TWOHOP_PENDING);
+    EXPECT_EQ(job.steps(), before);
+    EXPECT_TRUE(job.waiting_on_application());
     twohop::open_word(&w.arrived, 6); // an older call's token: not this one
     EXPECT_EQ(job.advance(), TWOHOP_PENDING);
     EXPECT_FALSE(job.arrived());
     twohop::open_word(&w.arrived, 7);
     int rc;
-    while ((rc = job.advance()) == TWOHOP_PENDING) EXPECT_EQ(load(&w.gate), 0u);
+    while ((rc = job.advance()) == TWOHOP_PENDING) {
+        EXPECT_EQ(load(&w.gate), 0u);
+        EXPECT_FALSE(job.waiting_on_application());
+    }
     EXPECT_EQ(rc, TWOHOP_OK);
     EXPECT_EQ(load(&w.gate), 7u);
     EXPECT_EQ(starts, 1);

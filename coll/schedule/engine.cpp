@@ -149,7 +149,7 @@ int advance_queue(twohop_comm *c, bool *pending, bool async_only = false,
         }
         if (rc == TWOHOP_PENDING) {
             if (moved && q->job->steps() != steps_before) *moved = true;
-            if (q->job->steps() != q->steps_seen) {
+            if (q->job->steps() != q->steps_seen || q->job->waiting_on_application()) {
                 q->steps_seen = q->job->steps();
                 q->since = Clock::now();
             } else if (c->timeout_s > 0 &&

@@ -24,6 +24,9 @@ class Job {
     virtual int advance() = 0;
     /* Steps taken so far: a driver measures coll_twohop_timeout as time without a step. */
     uint64_t steps() const { return steps_; }
+    /* True while the job waits for the application rather than for twohop's peers (a
+     * stream-ordered call whose stream has not reached it): no timeout runs meanwhile. */
+    virtual bool waiting_on_application() const { return false; }
 
   protected:
     uint64_t steps_ = 0;

@@ -29,25 +29,25 @@ int StreamJob::advance() {
         const int rc = start_ ? start_() : TWOHOP_OK;
         if (rc != TWOHOP_OK) {
             inner_.reset();
-            gate_open_ = true;
+            done_ = gate_open_ = true;
             open_word(&words_->gate, token_);
             return rc;
         }
     }
     if (!arrived_) {
         // The application's stream has not reached the call: the wait is the application's
-        // (its earlier work may take any time), not a stall of twohop, so it counts as a step
-        // (coll_twohop_timeout measures time without one).
-        ++steps_;
+        // (its earlier work may take any time), not a stall of twohop (waiting_on_application:
+        // coll_twohop_timeout does not run meanwhile).
         if (!reached(&words_->arrived, token_)) return TWOHOP_PENDING;
         arrived_ = true;
+        ++steps_;
     }
     const uint64_t before = inner_->steps();
     const int rc = inner_->advance();
     steps_ += inner_->steps() - before;
     if (rc == TWOHOP_PENDING) return rc;
     inner_.reset();
-    gate_open_ = true;
+    done_ = gate_open_ = true;
     open_word(&words_->gate, token_);
     return rc;
 }

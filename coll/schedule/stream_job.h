@@ -64,13 +64,14 @@ class StreamJob : public Job {
     int advance() override;
     /* True once the stream delivered the input (tests). */
     bool arrived() const { return arrived_; }
+    bool waiting_on_application() const override { return started_ && !arrived_ && !done_; }
 
   private:
     std::unique_ptr<Job> inner_;
     StreamWords *words_;
     uint64_t token_;
     std::function<int()> start_;
-    bool started_ = false, arrived_ = false, gate_open_ = false;
+    bool started_ = false, arrived_ = false, gate_open_ = false, done_ = false;
 };
 
 } // namespace twohop
