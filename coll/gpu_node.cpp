@@ -17,6 +17,7 @@
 #include "posted_job.h"
 #include "proxy.h"
 #include "segment_plan.h"
+#include "schedule/slots.h"
 
 namespace {
 
@@ -236,6 +237,7 @@ int gpu_hop1_post(twohop_comm *c, uint64_t off, uint64_t items, char *result,
         return gpu_error(c, "the hop-1 kernel failed on local rank", c->topo.local_rank);
     }
     h.pending = true;
+    h.fenced = false;
     return TWOHOP_OK;
 }
 
@@ -245,6 +247,7 @@ int gpu_hop3_post(twohop_comm *c, char *dst, const char *src, uint64_t len) {
         return gpu_error(c, "the hop-3 copy failed on local rank", c->topo.local_rank);
     }
     h.pending = true;
+    h.fenced = false;
     return TWOHOP_OK;
 }
 
@@ -258,7 +261,24 @@ int gpu_hop1_wait(twohop_comm *c) {
     const int rc = c->poll_until([&h, &q] { return (q = h.fence.query()) != 0; });
     if (rc != TWOHOP_OK) return rc;
     if (q < 0) return gpu_error(c, "twohop's GPU work failed on local rank", c->topo.local_rank);
-    h.pending = false;
+    h.pending = h.fenced = false;
+    return TWOHOP_OK;
+}
+
+int gpu_hop1_test(twohop_comm *c) {
+    GpuHop1 &h = c->gpu_hop1;
+    if (!h.pending) return TWOHOP_OK;
+    if (!h.fenced) {
+        if (!h.fence.record(h.device)) {
+            return gpu_error(c, "recording a CUDA event failed on local rank",
+                             c->topo.local_rank);
+        }
+        h.fenced = true;
+    }
+    const int q = h.fence.query();
+    if (q == 0) return TWOHOP_PENDING;
+    if (q < 0) return gpu_error(c, "twohop's GPU work failed on local rank", c->topo.local_rank);
+    h.pending = h.fenced = false;
     return TWOHOP_OK;
 }
 
@@ -275,12 +295,12 @@ extern "C" const unsigned long long *twohop_gpu_calls_counter(void) {
 namespace {
 
 /*
- * Round 2 of the decision: with every local rank's descriptor published (desc_seq = s), copies
- * them into peer[], checks that this rank's GPU reaches every peer's, publishes the vote and
- * waits for every vote. *all: every rank can; *one_device: every buffer is on `device`.
+ * Round 2 of the decision, first half: with every local rank's descriptor published
+ * (desc_seq = s), copies them into peer[], checks that this rank's GPU reaches every peer's and
+ * publishes the vote. *one_device: every buffer is on `device`.
  */
-int vote_round(twohop_comm *c, const GpuDesc &d, int device, uint64_t s, GpuDesc *peer,
-               bool *one_device, bool *all) {
+int vote_publish(twohop_comm *c, const GpuDesc &d, int device, uint64_t s, GpuDesc *peer,
+                 bool *one_device) {
     const int L = c->topo.local_size();
     bool ok = d.can != 0;
     *one_device = true;
@@ -325,13 +345,30 @@ int vote_round(twohop_comm *c, const GpuDesc &d, int device, uint64_t s, GpuDesc
     }
     RankFlags &mine = c->shm.flags(c->topo.local_rank);
     mine.vote.store((s << 1) | (ok ? 1 : 0), std::memory_order_release);
+    return TWOHOP_OK;
+}
+
+/* Second half, without waiting: TWOHOP_PENDING until every local rank voted on call s, then
+ * TWOHOP_OK with *all = every vote is yes. */
+int votes_in(twohop_comm *c, uint64_t s, bool *all) {
     *all = true;
-    for (int l = 0; l < L; ++l) {
-        const int rc = c->wait_for(c->shm.flags(l).vote, s << 1);
-        if (rc != TWOHOP_OK) return rc;
-        *all = *all && (c->shm.flags(l).vote.load(std::memory_order_acquire) & 1);
+    for (int l = 0; l < c->topo.local_size(); ++l) {
+        const uint64_t v = c->shm.flags(l).vote.load(std::memory_order_acquire);
+        if (v < (s << 1)) return TWOHOP_PENDING;
+        *all = *all && (v & 1);
     }
     return TWOHOP_OK;
+}
+
+/* Both halves: publishes the vote and waits for every vote. *all: every rank can. */
+int vote_round(twohop_comm *c, const GpuDesc &d, int device, uint64_t s, GpuDesc *peer,
+               bool *one_device, bool *all) {
+    int rc = vote_publish(c, d, device, s, peer, one_device);
+    if (rc != TWOHOP_OK) return rc;
+    for (int l = 0; l < c->topo.local_size(); ++l) {
+        if ((rc = c->wait_for(c->shm.flags(l).vote, s << 1)) != TWOHOP_OK) return rc;
+    }
+    return votes_in(c, s, all);
 }
 
 /* Round 1: this rank's descriptor of call s into its shared-memory block, then desc_seq = s. */
@@ -408,12 +445,89 @@ int shard_args(twohop_comm *c, const GpuDesc *peer, int device, bool one_device,
     return TWOHOP_OK;
 }
 
+/* Several nodes, the node voted yes: maps every local rank's input for the pipeline's hop-1
+ * kernels (gpu_hop1_post) and marks the call's hop 1 and hop 3 as the GPU's. */
+int activate_hop1(twohop_comm *c, const GpuDesc *peer, int device, bool one_device,
+                  char *my_in) {
+    GpuHop1 &h = c->gpu_hop1;
+    for (int l = 0; l < c->topo.local_size(); ++l) {
+        if (l == c->topo.local_rank) {
+            h.in[l] = my_in;
+            continue;
+        }
+        const GpuDesc::Buffer &ps = peer[l].send;
+        char *sb = static_cast<char *>(
+            cuda::ipc_open(device, cuda::PeerAllocation{peer[l].pid, ps.base, ps.id}, ps.handle));
+        if (!sb) return gpu_error(c, "opening a CUDA IPC handle of local rank", l);
+        h.in[l] = sb + ps.off;
+    }
+    h.device = device;
+    h.one_device = one_device;
+    h.active = true;
+    return TWOHOP_OK;
+}
+
 } // namespace
+
+int gpu_hop1_vote_step(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out,
+                       uint64_t count, const twohop_reduction &red, GpuVoteState *v) {
+    GpuDesc peer[TWOHOP_GPU_MAX_RANKS];
+    int rc;
+    switch (v->phase) {
+    case 0: {
+        v->s = ++c->seq;
+        GpuDesc d;
+        int device = -1;
+        bool stage_in = false, stage_out = false;
+        describe(c, in, out, red, count * red.item_bytes, &d, &device, &stage_in, &stage_out);
+        // The input is complete (the stream-ordered call's stream arrived); buffers that
+        // would need twohop's device staging (a synchronous copy) vote no.
+        if (stage_in || stage_out) d.can = 0;
+        publish_desc(c, d, v->s);
+        if (!d.can) {
+            v->gpu = false;
+            v->phase = 3;
+            return vote_no(c, v->s);
+        }
+        static_assert(sizeof(GpuDesc) <= sizeof(v->desc), "vote state");
+        std::memcpy(v->desc, &d, sizeof(d));
+        v->device = device;
+        v->phase = 1;
+    }
+        // fall through
+    case 1: {
+        if ((rc = twohop::test_all(c, &RankFlags::desc_seq, v->s)) != TWOHOP_OK) return rc;
+        GpuDesc d;
+        std::memcpy(&d, v->desc, sizeof(d));
+        bool one = true;
+        if ((rc = vote_publish(c, d, v->device, v->s, peer, &one)) != TWOHOP_OK) return rc;
+        v->one_device = one;
+        v->phase = 2;
+    }
+        // fall through
+    case 2: {
+        bool all = false;
+        if ((rc = votes_in(c, v->s, &all)) != TWOHOP_OK) return rc;
+        v->gpu = all;
+        v->phase = 3;
+        if (all) {
+            const int L = c->topo.local_size();
+            for (int l = 0; l < L; ++l) std::memcpy(&peer[l], c->shm.desc(l), sizeof(GpuDesc));
+            if ((rc = activate_hop1(c, peer, v->device, v->one_device, in.device)) !=
+                TWOHOP_OK) {
+                return rc;
+            }
+        }
+        return decline(c, v->s); // the job runs the call with this sequence number
+    }
+    default:
+        return TWOHOP_OK;
+    }
+}
 
 int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out,
                        uint64_t count, const twohop_reduction &red, bool *taken) {
     *taken = false;
-    const int L = c->topo.local_size();
     const int me = c->topo.local_rank;
     const uint64_t s = ++c->seq;
     RankFlags &mine = c->shm.flags(me);
@@ -446,22 +560,10 @@ int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_us
     if (!all) return decline(c, s); // everyone takes the host path
 
     if (c->topo.n_nodes() > 1) { // hop 1 and hop 3 only: the pipeline enqueues them per segment (gpu_hop1_post, gpu_hop3_post)
-        GpuHop1 &h = c->gpu_hop1;
-        for (int l = 0; l < L; ++l) {
-            if (l == me) {
-                h.in[l] = stage_in ? send_stage : in.device;
-                continue;
-            }
-            const GpuDesc::Buffer &ps = peer[l].send;
-            char *sb = static_cast<char *>(
-                cuda::ipc_open(device, cuda::PeerAllocation{peer[l].pid, ps.base, ps.id},
-                               ps.handle));
-            if (!sb) return gpu_error(c, "opening a CUDA IPC handle of local rank", l);
-            h.in[l] = sb + ps.off;
+        if ((rc = activate_hop1(c, peer, device, one_device,
+                                stage_in ? send_stage : in.device)) != TWOHOP_OK) {
+            return rc;
         }
-        h.device = device;
-        h.one_device = one_device;
-        h.active = true;
         return decline(c, s); // the pipeline runs the call, from this seq on
     }
 

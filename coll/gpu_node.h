@@ -73,6 +73,7 @@ struct GpuHop1 {
     uint64_t reg_bytes = 0;
     twohop::cuda::Fence fence;      // end of the work enqueued for the current segment
     bool pending = false;           // work was enqueued since the fence was last passed
+    bool fenced = false;            // the fence marks the end of that work (gpu_hop1_test)
     // Stream-ordered calls (twohop_allreduce_enqueue): the end of the last one enqueued on the
     // application's stream. A host-side call on this communicator first waits for it: the GPU
     // writes this rank's flags, the host must not write them before it has.
@@ -93,6 +94,25 @@ struct GpuHop1 {
     ~GpuHop1();
 };
 
+/*
+ * The decision rounds of gpu_node_allreduce on a communicator of several nodes, without
+ * waiting (a job's first steps: the stream-ordered call's host side runs them on the proxy
+ * thread): call until it returns something other than TWOHOP_PENDING. TWOHOP_OK: v->gpu says
+ * whether the node agreed (then c->gpu_hop1 is active for the call: the pipeline job runs hop 1
+ * and hop 3 on the GPU); the sequence number is given back either way. The caller's input must
+ * be complete (no wait for the device here) and is not staged: buffers that would need
+ * twohop's device staging vote no. An error status ends the call.
+ */
+struct GpuVoteState {
+    int phase = 0;
+    uint64_t s = 0;
+    int device = -1;
+    bool one_device = false, gpu = false;
+    alignas(8) unsigned char desc[1024]; // this rank's descriptor (GpuDesc, gpu_node.cpp)
+};
+int gpu_hop1_vote_step(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out,
+                       uint64_t count, const twohop_reduction &red, GpuVoteState *v);
+
 /* Enqueues hop 1 of one shard on the GPU: result = in_0 op ... op in_{L-1} over `items` items
  * at byte offset `off` of the message, into `result` (host shared memory). Returns at once;
  * gpu_hop1_wait tells when it is done. */
@@ -106,6 +126,10 @@ int gpu_hop3_post(twohop_comm *c, char *dst, const char *src, uint64_t len);
 /* Waits (polling c, so in-flight hop-2 transfers progress) until everything enqueued by
  * gpu_hop1_post / gpu_hop3_post has completed. Returns a twohop_status. */
 int gpu_hop1_wait(twohop_comm *c);
+/* The same without waiting: TWOHOP_PENDING while that work runs (the first test marks its end
+ * with the fence), TWOHOP_OK once it completed, or an error. Jobs use it (schedule/), so that
+ * whoever drives them -- the calling thread, MPI progress or the proxy thread -- polls. */
+int gpu_hop1_test(twohop_comm *c);
 
 /*
  * GPU-posted pipeline (coll_twohop_gpu_posted = 1) of a multi-node call whose hop 1 the node

@@ -184,6 +184,9 @@ if [[ $mode == vnshm ]]; then
 fi
 if [[ $mode == streamnodes ]]; then
     shm=(bash -c 'OMPI_MCA_coll_twohop_vnode_shm_transport=1 exec "$@"' _)
+    # The blocking device matrix on two virtual nodes (hop 1 and 3 on the GPU: the pipeline
+    # job the stream-ordered call drives too).
+    check np4_rr2_one_gpu 4 rr:2 0
     for cfg in "4 tcp" "8 shm"; do
         read -r np net <<<"$cfg"
         pre=()

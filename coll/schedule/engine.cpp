@@ -343,17 +343,21 @@ static void enqueue_call(twohop_comm *c, QueuedCall *q) {
 }
 
 int submit_job(twohop_comm *c, std::unique_ptr<Job> job, twohop_done_fn done, void *ctx,
-               bool async_ok) {
+               bool async_ok, bool first_pass) {
     auto *q = new (std::nothrow) QueuedCall();
     if (q == nullptr) return TWOHOP_ERR_NO_MEMORY;
     q->done = done;
     q->ctx = ctx;
     q->job = std::move(job);
     q->async_ok = q->job != nullptr && async_ok;
-    if (held_by_this_thread(c)) {
+    const bool held = held_by_this_thread(c);
+    if (held || !first_pass) {
         // Started from inside the progress of a call this thread is running on the same
-        // communicator: queue it behind; it is advanced once that call has ended.
+        // communicator (queued behind: advanced once that call has ended), or without a first
+        // pass: queued, for the proxy and MPI progress.
+        if (!held) lock_engine(c);
         enqueue_call(c, q);
+        if (!held) unlock_engine(c);
         if (q->async_ok) kick_async();
         return TWOHOP_OK;
     }

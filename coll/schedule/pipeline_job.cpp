@@ -49,17 +49,19 @@ int PipelineJob::start_reduce(const InFlight &f) {
     const uint64_t seg_off = f.seg.offset * ib;
     const bool gpu = c->gpu_hop1.active;
     int rc;
-    // Hop 1 on the GPU (blocking calls only): every owned shard's kernel is enqueued, then the
-    // fence is polled while the previous segment's hop-2 transfers keep moving.
-    if (gpu) {
+    // Hop 1 on the GPU: every owned shard's kernel is enqueued, then the fence is polled
+    // (TWOHOP_PENDING: the driver keeps the previous segment's hop-2 transfers moving).
+    if (gpu && !kernels_posted_) {
         for (const int sh : c->my_shards) {
             const Range r = split_even(f.seg.count, shards, static_cast<uint64_t>(sh));
             rc = gpu_hop1_post(c, seg_off + r.offset * ib, r.count,
                                c->shm.result(set) + r.offset * ib, red_.raw());
             if (rc != TWOHOP_OK) return rc;
         }
-        if ((rc = gpu_hop1_wait(c)) != TWOHOP_OK) return rc;
+        kernels_posted_ = true;
     }
+    if (gpu && (rc = gpu_hop1_test(c)) != TWOHOP_OK) return rc;
+    kernels_posted_ = false;
     int posted = 0;
     for (size_t i = 0; i < c->my_shards.size(); ++i) {
         const int sh = c->my_shards[i];
@@ -107,11 +109,8 @@ int PipelineJob::finish_hop3(const InFlight &f) {
         ++steps_;
     }
     // The result set is reused by segment s + depth once every local rank is done with it:
-    // the GPU's copies out of it must have completed.
-    if (gpu) {
-        const int rc = gpu_hop1_wait(c);
-        if (rc != TWOHOP_OK) return rc;
-    }
+    // the GPU's copies out of it must have completed (TWOHOP_PENDING until then).
+    if (gpu) return gpu_hop1_test(c);
     return TWOHOP_OK;
 }
 

@@ -69,6 +69,7 @@ class PipelineJob : public Job {
     uint64_t first_ = 0, next_ = 0; // window holds segments [first_, next_)
     State st_ = kPick;
     int hop3_k_ = 0;                // kFinishHop3: shards copied out so far
+    bool kernels_posted_ = false;   // kStartArrived: hop-1 kernels of the segment enqueued
     // Where the calling thread spends a pipelined call (verbose 3 only), microseconds.
     bool clocked_;
     double us_[3] = {0, 0, 0};
