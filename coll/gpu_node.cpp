@@ -17,7 +17,6 @@
 #include "posted_job.h"
 #include "proxy.h"
 #include "segment_plan.h"
-#include "schedule/slots.h"
 
 namespace {
 
@@ -468,62 +467,6 @@ int activate_hop1(twohop_comm *c, const GpuDesc *peer, int device, bool one_devi
 }
 
 } // namespace
-
-int gpu_hop1_vote_step(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out,
-                       uint64_t count, const twohop_reduction &red, GpuVoteState *v) {
-    GpuDesc peer[TWOHOP_GPU_MAX_RANKS];
-    int rc;
-    switch (v->phase) {
-    case 0: {
-        v->s = ++c->seq;
-        GpuDesc d;
-        int device = -1;
-        bool stage_in = false, stage_out = false;
-        describe(c, in, out, red, count * red.item_bytes, &d, &device, &stage_in, &stage_out);
-        // The input is complete (the stream-ordered call's stream arrived); buffers that
-        // would need twohop's device staging (a synchronous copy) vote no.
-        if (stage_in || stage_out) d.can = 0;
-        publish_desc(c, d, v->s);
-        if (!d.can) {
-            v->gpu = false;
-            v->phase = 3;
-            return vote_no(c, v->s);
-        }
-        static_assert(sizeof(GpuDesc) <= sizeof(v->desc), "vote state");
-        std::memcpy(v->desc, &d, sizeof(d));
-        v->device = device;
-        v->phase = 1;
-    }
-        // fall through
-    case 1: {
-        if ((rc = twohop::test_all(c, &RankFlags::desc_seq, v->s)) != TWOHOP_OK) return rc;
-        GpuDesc d;
-        std::memcpy(&d, v->desc, sizeof(d));
-        bool one = true;
-        if ((rc = vote_publish(c, d, v->device, v->s, peer, &one)) != TWOHOP_OK) return rc;
-        v->one_device = one;
-        v->phase = 2;
-    }
-        // fall through
-    case 2: {
-        bool all = false;
-        if ((rc = votes_in(c, v->s, &all)) != TWOHOP_OK) return rc;
-        v->gpu = all;
-        v->phase = 3;
-        if (all) {
-            const int L = c->topo.local_size();
-            for (int l = 0; l < L; ++l) std::memcpy(&peer[l], c->shm.desc(l), sizeof(GpuDesc));
-            if ((rc = activate_hop1(c, peer, v->device, v->one_device, in.device)) !=
-                TWOHOP_OK) {
-                return rc;
-            }
-        }
-        return decline(c, v->s); // the job runs the call with this sequence number
-    }
-    default:
-        return TWOHOP_OK;
-    }
-}
 
 int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out,
                        uint64_t count, const twohop_reduction &red, bool *taken) {

@@ -94,25 +94,6 @@ struct GpuHop1 {
     ~GpuHop1();
 };
 
-/*
- * The decision rounds of gpu_node_allreduce on a communicator of several nodes, without
- * waiting (a job's first steps: the stream-ordered call's host side runs them on the proxy
- * thread): call until it returns something other than TWOHOP_PENDING. TWOHOP_OK: v->gpu says
- * whether the node agreed (then c->gpu_hop1 is active for the call: the pipeline job runs hop 1
- * and hop 3 on the GPU); the sequence number is given back either way. The caller's input must
- * be complete (no wait for the device here) and is not staged: buffers that would need
- * twohop's device staging vote no. An error status ends the call.
- */
-struct GpuVoteState {
-    int phase = 0;
-    uint64_t s = 0;
-    int device = -1;
-    bool one_device = false, gpu = false;
-    alignas(8) unsigned char desc[1024]; // this rank's descriptor (GpuDesc, gpu_node.cpp)
-};
-int gpu_hop1_vote_step(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out,
-                       uint64_t count, const twohop_reduction &red, GpuVoteState *v);
-
 /* Enqueues hop 1 of one shard on the GPU: result = in_0 op ... op in_{L-1} over `items` items
  * at byte offset `off` of the message, into `result` (host shared memory). Returns at once;
  * gpu_hop1_wait tells when it is done. */

@@ -38,7 +38,8 @@
 # and carry the .debs folder (ignored by git). They are unpacked under /tmp, never into /.
 # Several ranks share one GPU through the CUDA MPS daemon, started here with private pipe/log
 # directories and stopped at the end (MPS changes no GPU setting).
-# Output: everything under ${OUT:-/tmp/gpu_out}; the summary on stdout.
+# Output: everything under ${OUT:-/tmp/gpu_out}; the summary on stdout. RUN_TIMEOUT (seconds,
+# default 500): the watchdog of every mpirun.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 out=${OUT:-/tmp/gpu_out}
@@ -137,7 +138,7 @@ run() { # run NP VNODES GPUS -- PROGRAM ARGS
     [[ -n $vn ]] && extra=(-v "$vn")
     [[ -n ${CHECK_VERBOSE:-} ]] && extra+=(-m coll_twohop_verbose=1)
     [[ -n ${RUN_MCA:-} ]] && extra+=(-m "$RUN_MCA")
-    CUDA_VISIBLE_DEVICES=$gpus bash mpi_tests/run_mpi.sh -n "$np" -b "$build" -t 500 \
+    CUDA_VISIBLE_DEVICES=$gpus bash mpi_tests/run_mpi.sh -n "$np" -b "$build" -t "${RUN_TIMEOUT:-500}" \
         "${extra[@]}" -- "$@"
 }
 

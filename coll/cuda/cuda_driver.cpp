@@ -291,11 +291,7 @@ bool ipc_export(const PointerInfo &info, unsigned char handle[kIpcHandleBytes]) 
         }
         if (it != g_allocs.end() && it->second.export_failed) return false;
     }
-    bool done;
-    { // the driver wants a current context: the proxy thread (stream-ordered calls) has none
-        CtxScope ctx(info.device);
-        done = ctx.ok() && ipc_export(info.base, handle);
-    }
+    const bool done = ipc_export(info.base, handle);
     std::lock_guard<std::mutex> lock(g_alloc_mutex);
     auto it = g_allocs.find(info.buffer_id);
     if (it != g_allocs.end()) {
@@ -545,14 +541,6 @@ bool Fence::record(int device, void *stream) {
     return st && ok(g_drv.event_record(static_cast<CUevent>(event_), st), "cuEventRecord");
 }
 
-bool copy_wait(int device, void *dst, const void *src, std::size_t n) {
-    if (n == 0) return true;
-    if (!copy_async(device, dst, src, n, nullptr)) return false;
-    CtxScope ctx(device);
-    CUstream st = ctx.ok() ? own_stream(device) : nullptr;
-    return st && ok(g_drv.stream_synchronize(st), "cuStreamSynchronize");
-}
-
 bool write_flag(int device, void *stream, void *flag, unsigned long long value) {
     CtxScope ctx(device);
     if (!ctx.ok()) return false;
@@ -659,7 +647,6 @@ bool launch_and_wait(int, const char *, const void *, std::size_t, unsigned long
 }
 bool sync_input(int) { return false; }
 bool copy_async(int, void *, const void *, std::size_t, void *) { return false; }
-bool copy_wait(int, void *, const void *, std::size_t) { return false; }
 bool write_flag(int, void *, void *, unsigned long long) { return false; }
 bool wait_flag(int, void *, void *, unsigned long long) { return false; }
 bool flag_ops_supported(int) { return false; }

@@ -97,10 +97,6 @@ bool launch_and_wait(int device, const char *name, const void *args, std::size_t
  */
 bool copy_async(int device, void *dst, const void *src, std::size_t n, void *stream = nullptr);
 
-/* copy_async on twohop's own stream of `device`, then waits for that stream only (never for
- * the legacy default stream, which an application's stream waiting on twohop may block). */
-bool copy_wait(int device, void *dst, const void *src, std::size_t n);
-
 /*
  * Stream memory operations on 64-bit flags in registered host memory (`flag` is the device
  * address of the flag, from host_register; `stream` nullptr: twohop's own stream): write_flag enqueues `*flag = value` after the

@@ -12,7 +12,6 @@
 #include "cuda_driver.h"
 #include "engine.h"
 #include "gpu_node.h"
-#include "pipeline_job.h"
 
 namespace twohop {
 namespace {
@@ -38,85 +37,6 @@ void free_slot(StreamSlot *s) {
     delete s;
 }
 
-/* A canonical device buffer as the host path reads and writes it when the node declines the
- * GPU: copies on twohop's own stream (never a synchronisation with the legacy default stream,
- * which the application's stream waiting on the call's gate may block). */
-struct DeviceBuffer {
-    int device;
-    char *base;
-};
-int device_read(void *ctx, void *dst, uint64_t off, uint64_t len) {
-    auto *b = static_cast<DeviceBuffer *>(ctx);
-    return cuda::copy_wait(b->device, dst, b->base + off, len) ? 0 : -1;
-}
-int device_write(void *ctx, const void *src, uint64_t off, uint64_t len) {
-    auto *b = static_cast<DeviceBuffer *>(ctx);
-    return cuda::copy_wait(b->device, b->base + off, src, len) ? 0 : -1;
-}
-
-/*
- * The host side of a stream-ordered call that works on the device buffers where they are (the
- * pipeline path on a communicator whose ranks run the GPU vote): the vote without waiting, then
- * the pipeline job -- hop 1 and hop 3 on the GPU when the node agreed, else the host path
- * through copies on twohop's own stream. The job the blocking call would run, driven by
- * whoever advances the queue.
- */
-class DeviceCallJob : public Job {
-  public:
-    DeviceCallJob(twohop_comm *c, char *in, char *out, int device, uint64_t count,
-                  const twohop_reduction &red)
-        : c_(c), count_(count), red_(red), bin_{device, in}, bout_{device, out} {
-        make(&in_, &bin_);
-        make(&out_, &bout_);
-    }
-    ~DeviceCallJob() override {
-        job_.reset();
-        if (gpu_) end_gpu(false);
-    }
-    int advance() override {
-        if (!job_) {
-            const int rc = gpu_hop1_vote_step(c_, in_, out_, count_, red_, &vote_);
-            if (rc != TWOHOP_OK) return rc;
-            ++steps_;
-            gpu_ = vote_.gpu;
-            job_.reset(new PipelineJob(c_, in_, out_, count_, red_));
-        }
-        const uint64_t before = job_->steps();
-        const int rc = job_->advance();
-        steps_ += job_->steps() - before;
-        if (rc == TWOHOP_PENDING) return rc;
-        job_.reset();
-        if (gpu_) end_gpu(rc == TWOHOP_OK);
-        return rc;
-    }
-
-  private:
-    static void make(twohop_userbuf *u, DeviceBuffer *b) {
-        std::memset(u, 0, sizeof(*u));
-        u->device = b->base;
-        u->ctx = b;
-        u->read = device_read;
-        u->write = device_write;
-    }
-    void end_gpu(bool ok) {
-        gpu_ = false;
-        if (ok) {
-            gpu_hop1_done();
-        } else {
-            c_->gpu_hop1.settle();
-        }
-        c_->gpu_hop1.active = false;
-    }
-    twohop_comm *c_;
-    uint64_t count_;
-    twohop_reduction red_;
-    DeviceBuffer bin_, bout_;
-    twohop_userbuf in_, out_;
-    GpuVoteState vote_;
-    std::unique_ptr<Job> job_;
-    bool gpu_ = false;
-};
-
 /* A stream-ordered call queued in the engine has no request: nothing to complete. Its failure
  * is recorded on the communicator (poisoned), and the next call reports it. */
 void stream_done(void *, int, const char *) {}
@@ -141,7 +61,7 @@ bool StreamSlots::idle() const {
 }
 
 bool StreamSlots::grow(StreamSlot *s, int device, uint64_t bytes) {
-    if (bytes == 0 || (s->host && s->bytes >= bytes)) return true;
+    if (s->host && s->bytes >= bytes) return true;
     if (s->host) {
         cuda::host_unregister(s->device, s->host);
         std::free(s->host);
@@ -246,14 +166,9 @@ int twohop_stream_enqueue_multinode(twohop_comm *c, const twohop_userbuf &in,
         return TWOHOP_ERR_HOST;
     }
 
-    // The pipeline path of a communicator that runs the GPU vote works on the device buffers
-    // where they are (hop 1 and hop 3 on the GPU when the node agrees): the stream only says
-    // when the input is ready and waits for the result. Otherwise through a host copy.
-    const bool on_device = c->gpu_round && !twohop::latency_path(c, count, red.item_bytes);
     if (!c->stream_slots) c->stream_slots.reset(new twohop::StreamSlots());
     bool timed_out = false;
-    StreamSlot *slot =
-        c->stream_slots->acquire(device, on_device ? 0 : bytes, c->timeout_s, &timed_out);
+    StreamSlot *slot = c->stream_slots->acquire(device, bytes, c->timeout_s, &timed_out);
     if (slot == nullptr && !timed_out) return TWOHOP_OK; // no host copy: the blocking form
     *taken = true;
     const uint64_t token = ++c->stream_token;
@@ -261,10 +176,10 @@ int twohop_stream_enqueue_multinode(twohop_comm *c, const twohop_userbuf &in,
     bool waits = false; // the stream waits on the gate: it must be opened whatever happens
     if (ok) {
         slot->token = token;
-        ok = (on_device || cuda::copy_async(device, slot->host, in.device, bytes, st)) &&
+        ok = cuda::copy_async(device, slot->host, in.device, bytes, st) &&
              cuda::write_flag(device, st, &slot->words_dev->arrived, token);
         waits = ok && cuda::wait_flag(device, st, &slot->words_dev->gate, token);
-        ok = waits && (on_device || cuda::copy_async(device, out.device, slot->host, bytes, st)) &&
+        ok = waits && cuda::copy_async(device, out.device, slot->host, bytes, st) &&
              cuda::write_flag(device, st, &slot->words_dev->released, token);
     }
     if (!ok) {
@@ -287,18 +202,23 @@ int twohop_stream_enqueue_multinode(twohop_comm *c, const twohop_userbuf &in,
         return rc;
     }
 
-    // The host side, queued in call order: the job the blocking call would run.
-    std::unique_ptr<twohop::Job> inner;
-    if (on_device) {
-        inner.reset(new twohop::DeviceCallJob(c, in.device, out.device, device, count, red));
-    } else { // on the host copy, in place (no GPU vote on this path: see on_device)
-        twohop_userbuf h;
-        std::memset(&h, 0, sizeof(h));
-        h.direct = slot->host;
-        inner = twohop::make_job(c, h, h, count, red);
-    }
+    // The host side, queued in call order: the job the blocking call would run on host
+    // buffers, on the host copy in place. With the GPU vote on the pipeline path (the peers that
+    // called MPI_Allreduce on device buffers run it), this rank's vote is a no: its buffer is
+    // host memory; a no never waits (gpu_node.h).
+    twohop_userbuf h;
+    std::memset(&h, 0, sizeof(h));
+    h.direct = slot->host;
+    std::unique_ptr<twohop::Job> inner = twohop::make_job(c, h, h, count, red);
+    const bool vote = c->gpu_round && !twohop::latency_path(c, count, red.item_bytes);
+    auto start = [c, h, count, red, vote]() -> int {
+        if (!vote) return TWOHOP_OK;
+        bool gpu = false;
+        const int rc = gpu_node_allreduce(c, h, h, count, red, &gpu);
+        return rc != TWOHOP_OK ? rc : gpu ? TWOHOP_ERR_HOST : TWOHOP_OK;
+    };
     std::unique_ptr<twohop::Job> job(
-        new twohop::StreamJob(std::move(inner), slot->words, token, nullptr));
+        new twohop::StreamJob(std::move(inner), slot->words, token, start));
     const int rc = twohop::submit_job(c, std::move(job), twohop::stream_done, nullptr, true,
                                       false);
     if (rc != TWOHOP_OK) return rc;
@@ -307,9 +227,9 @@ int twohop_stream_enqueue_multinode(twohop_comm *c, const twohop_userbuf &in,
     if (c->verbose >= 3) {
         char msg[160];
         std::snprintf(msg, sizeof(msg), "stream-ordered call on %d nodes: %llu bytes, token %llu, "
-                      "%s", c->topo.n_nodes(), static_cast<unsigned long long>(bytes),
-                      static_cast<unsigned long long>(token),
-                      on_device ? "on the device buffers" : "through a host copy");
+                      "through a host copy", c->topo.n_nodes(),
+                      static_cast<unsigned long long>(bytes),
+                      static_cast<unsigned long long>(token));
         c->host.log(3, msg);
     }
     return TWOHOP_OK;
