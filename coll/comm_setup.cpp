@@ -594,7 +594,7 @@ extern "C" void twohop_comm_free(twohop_comm *c) {
     if (c == nullptr) return;
     // Stream-ordered calls still queued (they have no request that keeps the communicator
     // alive) complete first: their streams wait for them.
-    if (!c->queue.empty() || !c->completed.empty()) {
+    if (!c->queue.empty() || !c->completed.empty() || c->has_incoming.load()) {
         twohop::lock_engine(c);
         twohop::drain_queue(c);
         twohop::unlock_engine(c);

@@ -16,6 +16,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -134,6 +135,12 @@ struct twohop_comm {
     std::deque<twohop::QueuedCall *> queue;
     std::deque<twohop::QueuedCall *> completed; // finished, done function not yet run
     std::atomic<bool> busy{false};
+    // Calls queued without the engine lock (stream-ordered calls: their calling thread must
+    // not wait for a pass of the proxy thread): moved to the back of `queue`, in order, by the
+    // next holder of the lock before it advances or queues anything.
+    std::mutex incoming_mutex;
+    std::vector<twohop::QueuedCall *> incoming;
+    std::atomic<bool> has_incoming{false};
     // Stream-ordered calls on several nodes (schedule/stream_call.h): their host copies, and
     // the token of the last one (increasing; the stream and the host compare against it).
     std::unique_ptr<twohop::StreamSlots> stream_slots;

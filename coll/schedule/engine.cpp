@@ -113,8 +113,18 @@ int deliver_completed(twohop_comm *c) {
  * With the engine lock held: advances the queue as far as it goes without waiting. Returns
  * the number of calls that completed; *pending = whether calls remain.
  */
+/* With the engine lock held: calls queued without it go to the back of the queue. */
+void take_incoming(twohop_comm *c) {
+    if (!c->has_incoming.load(std::memory_order_acquire)) return;
+    std::lock_guard<std::mutex> g(c->incoming_mutex);
+    for (QueuedCall *q : c->incoming) c->queue.push_back(q);
+    c->incoming.clear();
+    c->has_incoming.store(false, std::memory_order_release);
+}
+
 int advance_queue(twohop_comm *c, bool *pending, bool async_only = false,
                   bool *moved = nullptr) {
+    take_incoming(c);
     int completed = async_only ? 0 : deliver_completed(c);
     while (!c->queue.empty()) {
         QueuedCall *q = c->queue.front();
@@ -166,7 +176,8 @@ int advance_queue(twohop_comm *c, bool *pending, bool async_only = false,
         if (moved) *moved = true;
         if (!async_only) completed += deliver_completed(c);
     }
-    *pending = !c->queue.empty() || !c->completed.empty();
+    *pending = !c->queue.empty() || !c->completed.empty() ||
+               c->has_incoming.load(std::memory_order_acquire);
     return completed;
 }
 
@@ -283,7 +294,8 @@ void unlock_engine(twohop_comm *c) {
 }
 
 void drain_queue(twohop_comm *c) {
-    bool pending = !c->queue.empty() || !c->completed.empty();
+    bool pending = !c->queue.empty() || !c->completed.empty() ||
+                   c->has_incoming.load(std::memory_order_acquire);
     unsigned spins = 0;
     while (pending) {
         (void)advance_queue(c, &pending);
@@ -296,6 +308,7 @@ void forget_comm(twohop_comm *c) {
         std::lock_guard<std::mutex> g(g_mutex);
         g_active.erase(std::remove(g_active.begin(), g_active.end(), c), g_active.end());
     }
+    take_incoming(c);
     for (QueuedCall *q : c->queue) {
         if (q->async_ok) g_async_queued.fetch_sub(1, std::memory_order_release);
         delete q;
@@ -333,9 +346,17 @@ int progress_all(bool async_only) {
     return async_only && completed == 0 && !moved ? -1 : completed;
 }
 
-/* Queues a call (engine lock held) and registers the communicator for progress. */
-static void enqueue_call(twohop_comm *c, QueuedCall *q) {
-    c->queue.push_back(q);
+/* Queues a call (engine lock held, or `incoming` without it) and registers the communicator
+ * for progress. */
+static void enqueue_call(twohop_comm *c, QueuedCall *q, bool incoming = false) {
+    if (incoming) {
+        std::lock_guard<std::mutex> g(c->incoming_mutex);
+        c->incoming.push_back(q);
+        c->has_incoming.store(true, std::memory_order_release);
+    } else {
+        take_incoming(c);
+        c->queue.push_back(q);
+    }
     g_queued.fetch_add(1, std::memory_order_relaxed);
     if (q->async_ok) g_async_queued.fetch_add(1, std::memory_order_release);
     std::lock_guard<std::mutex> g(g_mutex);
@@ -354,10 +375,9 @@ int submit_job(twohop_comm *c, std::unique_ptr<Job> job, twohop_done_fn done, vo
     if (held || !first_pass) {
         // Started from inside the progress of a call this thread is running on the same
         // communicator (queued behind: advanced once that call has ended), or without a first
-        // pass: queued, for the proxy and MPI progress.
-        if (!held) lock_engine(c);
-        enqueue_call(c, q);
-        if (!held) unlock_engine(c);
+        // pass: queued for the proxy and MPI progress without waiting for the engine lock
+        // (its holder may be in the middle of a long pass).
+        enqueue_call(c, q, !held);
         if (q->async_ok) kick_async();
         return TWOHOP_OK;
     }
