@@ -141,6 +141,11 @@ struct twohop_comm {
     std::mutex incoming_mutex;
     std::vector<twohop::QueuedCall *> incoming;
     std::atomic<bool> has_incoming{false};
+    // Calls of this communicator queued, incoming or completed and not yet delivered, and
+    // whether it is in the engine's registry: a starting call takes the registry's mutex only
+    // when it is not (the proxy may hold that mutex for a long pass over other communicators).
+    std::atomic<long> inflight{0};
+    std::atomic<bool> registered{false};
     // Stream-ordered calls on several nodes (schedule/stream_call.h): their host copies, and
     // the token of the last one (increasing; the stream and the host compare against it).
     std::unique_ptr<twohop::StreamSlots> stream_slots;

@@ -103,6 +103,7 @@ int deliver_completed(twohop_comm *c) {
             why = status_reason(q->result);
         }
         g_queued.fetch_sub(1, std::memory_order_relaxed);
+        c->inflight.fetch_sub(1);
         q->done(q->ctx, q->result, why);
         ++n;
     }
@@ -307,6 +308,8 @@ void forget_comm(twohop_comm *c) {
     {
         std::lock_guard<std::mutex> g(g_mutex);
         g_active.erase(std::remove(g_active.begin(), g_active.end(), c), g_active.end());
+        c->registered.store(false);
+        c->inflight.store(0);
     }
     take_incoming(c);
     for (QueuedCall *q : c->queue) {
@@ -336,6 +339,16 @@ int progress_all(bool async_only) {
             completed += advance_queue(c, &pending, async_only, &moved);
             unlock_engine(c);
         }
+        if (!pending) {
+            // Leave the registry -- unless a call was queued meanwhile by a thread that saw
+            // the communicator registered (both sides use sequentially consistent operations:
+            // one of them sees the other's write).
+            c->registered.store(false);
+            if (c->inflight.load() > 0) {
+                c->registered.store(true);
+                pending = true;
+            }
+        }
         if (pending) {
             ++i;
         } else {
@@ -349,6 +362,7 @@ int progress_all(bool async_only) {
 /* Queues a call (engine lock held, or `incoming` without it) and registers the communicator
  * for progress. */
 static void enqueue_call(twohop_comm *c, QueuedCall *q, bool incoming = false) {
+    c->inflight.fetch_add(1);
     if (incoming) {
         std::lock_guard<std::mutex> g(c->incoming_mutex);
         c->incoming.push_back(q);
@@ -359,8 +373,10 @@ static void enqueue_call(twohop_comm *c, QueuedCall *q, bool incoming = false) {
     }
     g_queued.fetch_add(1, std::memory_order_relaxed);
     if (q->async_ok) g_async_queued.fetch_add(1, std::memory_order_release);
+    if (c->registered.load()) return; // see progress_all
     std::lock_guard<std::mutex> g(g_mutex);
     if (std::find(g_active.begin(), g_active.end(), c) == g_active.end()) g_active.push_back(c);
+    c->registered.store(true);
 }
 
 int submit_job(twohop_comm *c, std::unique_ptr<Job> job, twohop_done_fn done, void *ctx,
