@@ -127,9 +127,12 @@ int twohop_comm_allreduce(twohop_comm *c, const twohop_userbuf *in, const twohop
  * stream). On a single-node communicator whose local ranks all pass device buffers of the
  * canonical layout, the node agrees on the host (no GPU synchronisation) and the reduction is
  * enqueued on `stream`, after the work enqueued there before and before the work enqueued
- * after: *enqueued = 1, the call returns at once. Otherwise the call waits for the stream and
- * completes as a blocking allreduce before returning (*enqueued = 0). Ranks may mix this form
- * and twohop_comm_allreduce in one call: each call runs one GPU vote on every rank.
+ * after: *enqueued = 1, the call returns at once. On a communicator of several nodes a rank
+ * whose buffers are canonical device memory, with a predefined op and asynchronous progress on,
+ * stays on the stream through a host copy (schedule/stream_call.h: *enqueued = 1). Otherwise
+ * the call waits for the stream and completes as a blocking allreduce before returning
+ * (*enqueued = 0). Ranks may mix this form and twohop_comm_allreduce in one call: each call
+ * runs one GPU vote on every rank.
  */
 int twohop_comm_allreduce_enqueue(twohop_comm *c, const twohop_userbuf *in,
                                   const twohop_userbuf *out, uint64_t count,

@@ -17,8 +17,14 @@
  * stream-ordered pools, managed) in the datatype's canonical layout, with an op and type the GPU
  * path reduces (every predefined op on the predefined types except long double), on GPUs that
  * reach each other and support 64-bit stream memory operations; the stream must belong to the
- * buffers' GPU. Anything else (several nodes, host memory, user-defined ops, twohop not
- * loaded) waits for the stream and runs MPI_Allreduce: correct, not asynchronous.
+ * buffers' GPU. On communicators of several nodes, each rank whose buffers are device memory of
+ * the canonical layout with a predefined op, on such a GPU: the stream stages the message
+ * through a host copy while twohop's progress thread runs the allreduce (at most 4 calls in
+ * flight per communicator: a fifth call waits for the first to complete; such a call cannot be
+ * captured into a CUDA graph: it fails with an error). Anything else (host memory,
+ * user-defined ops, twohop not loaded) waits for the stream and runs MPI_Allreduce: correct,
+ * not asynchronous. An event recorded on the stream after the call completes once the result
+ * is in recvbuf.
  *
  * Two communicators used on one stream must be used in the same order on every rank (as with
  * NCCL): an allreduce waits on the GPU for the other ranks' part of the same call.
