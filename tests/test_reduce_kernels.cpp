@@ -90,7 +90,8 @@ TEST(Kernels, OnlyCombinationsMpiAllows) {
         }
     }
     // 8 integer types x 10 ops + 3 floats x 4 + bool x 3 + byte x 3 + 3 complex x 2 + 6 pairs x 2
-    EXPECT_EQ(supported, 80 + 12 + 3 + 3 + 6 + 12);
+    // + bfloat16 and float16 x 4
+    EXPECT_EQ(supported, 80 + 12 + 3 + 3 + 6 + 12 + 8);
 }
 
 TEST(Kernels, PairLayoutsMatchMpi) {

@@ -38,7 +38,9 @@
     TWOHOP_GPU_PAIR(X, TWOHOP_DOUBLE_INT, ValueIndex<double>)                                              \
     TWOHOP_GPU_PAIR(X, TWOHOP_LONG_INT, ValueIndex<long>)                                                  \
     TWOHOP_GPU_PAIR(X, TWOHOP_2INT, ValueIndex<int>)                                                       \
-    TWOHOP_GPU_PAIR(X, TWOHOP_SHORT_INT, ValueIndex<short>)
+    TWOHOP_GPU_PAIR(X, TWOHOP_SHORT_INT, ValueIndex<short>)                                \
+    TWOHOP_GPU_ARITH(X, TWOHOP_BF16, Bf16)                                                     \
+    TWOHOP_GPU_ARITH(X, TWOHOP_F16, Fp16)
 
 /* Local ranks one kernel reads from / writes to (the kernel's argument holds the pointers). */
 #define TWOHOP_GPU_MAX_RANKS 16

@@ -100,6 +100,8 @@ KernelFn find_kernel(twohop_dtype t, twohop_op op) {
     case TWOHOP_2INT: return pair<int>(op);
     case TWOHOP_SHORT_INT: return pair<short>(op);
     case TWOHOP_LONG_DOUBLE_INT: return pair<long double>(op);
+    case TWOHOP_BF16: return arithmetic<Bf16>(op);
+    case TWOHOP_F16: return arithmetic<Fp16>(op);
     default: return nullptr;
     }
 }
@@ -114,7 +116,8 @@ size_t twohop_dtype_size(twohop_dtype t) {
         1, 1, 2, 2, 4, 4, 8, 8, sizeof(float), sizeof(double), sizeof(long double), sizeof(bool),
         1, sizeof(Complex<float>), sizeof(Complex<double>), sizeof(Complex<long double>),
         sizeof(ValueIndex<float>), sizeof(ValueIndex<double>), sizeof(ValueIndex<long>),
-        sizeof(ValueIndex<int>), sizeof(ValueIndex<short>), sizeof(ValueIndex<long double>)};
+        sizeof(ValueIndex<int>), sizeof(ValueIndex<short>), sizeof(ValueIndex<long double>),
+        sizeof(Bf16), sizeof(Fp16)};
     return (t >= 0 && t < TWOHOP_DTYPE_COUNT) ? sizes[t] : 0;
 }
 
@@ -127,7 +130,7 @@ const char *twohop_dtype_name(twohop_dtype t) {
         "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float",
         "double", "long double", "bool", "byte", "complex float", "complex double",
         "complex long double", "float_int", "double_int", "long_int", "2int", "short_int",
-        "long_double_int"};
+        "long_double_int", "bfloat16", "float16"};
     return (t >= 0 && t < TWOHOP_DTYPE_COUNT) ? names[t] : "?";
 }
 

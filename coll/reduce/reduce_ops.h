@@ -10,6 +10,8 @@
 #ifndef TWOHOP_REDUCE_OPS_H
 #define TWOHOP_REDUCE_OPS_H
 
+#include "twohop_half_math.h"
+
 #if defined(__CUDACC__)
 #define TWOHOP_HD __host__ __device__ __forceinline__
 #else
@@ -26,6 +28,26 @@ template <typename V> struct ValueIndex {
     V v;
     int i;
 };
+
+/*
+ * Half-precision elements (bit patterns): every operation goes through twohop_half_math.h, the
+ * arithmetic the public ops of twohop_half.h compute too (one combination: widen to binary32,
+ * operate, round once to the format; MAX/MIN return an operand bit for bit).
+ */
+struct Bf16 {
+    uint16_t bits;
+};
+struct Fp16 {
+    uint16_t bits;
+};
+TWOHOP_HD Bf16 operator+(Bf16 a, Bf16 b) { return {twohop_bf16_combine(0, a.bits, b.bits)}; }
+TWOHOP_HD Bf16 operator*(Bf16 a, Bf16 b) { return {twohop_bf16_combine(1, a.bits, b.bits)}; }
+TWOHOP_HD bool operator>(Bf16 a, Bf16 b) { return twohop_bf16_to_f32(a.bits) > twohop_bf16_to_f32(b.bits); }
+TWOHOP_HD bool operator<(Bf16 a, Bf16 b) { return twohop_bf16_to_f32(a.bits) < twohop_bf16_to_f32(b.bits); }
+TWOHOP_HD Fp16 operator+(Fp16 a, Fp16 b) { return {twohop_f16_combine(0, a.bits, b.bits)}; }
+TWOHOP_HD Fp16 operator*(Fp16 a, Fp16 b) { return {twohop_f16_combine(1, a.bits, b.bits)}; }
+TWOHOP_HD bool operator>(Fp16 a, Fp16 b) { return twohop_f16_to_f32(a.bits) > twohop_f16_to_f32(b.bits); }
+TWOHOP_HD bool operator<(Fp16 a, Fp16 b) { return twohop_f16_to_f32(a.bits) < twohop_f16_to_f32(b.bits); }
 
 struct OpSum {
     template <typename T> static TWOHOP_HD T apply(T a, T b) { return a + b; }

@@ -23,6 +23,8 @@ typedef enum twohop_dtype {
     TWOHOP_C32, TWOHOP_C64, TWOHOP_CLDBL,          /* C complex float/double/long double */
     TWOHOP_FLOAT_INT, TWOHOP_DOUBLE_INT, TWOHOP_LONG_INT, TWOHOP_2INT, TWOHOP_SHORT_INT,
     TWOHOP_LONG_DOUBLE_INT,                       /* MINLOC/MAXLOC pair types */
+    TWOHOP_BF16, TWOHOP_F16,                      /* bfloat16, IEEE binary16 (include/twohop_half.h):
+                                                     SUM, PROD, MAX, MIN */
     TWOHOP_DTYPE_COUNT
 } twohop_dtype;
 

@@ -1,0 +1,112 @@
+/*
+ * twohop's half-precision arithmetic, plain C (header only, no MPI, no CUDA needed): the one
+ * definition the public MPI ops (twohop_half.h), the host kernels and the device kernels
+ * (coll/reduce/reduce_ops.h, coll/cuda/gpu_kernels.cu) all compile, so every path computes the
+ * same bits.
+ *
+ * Formats: bfloat16 (1 sign, 8 exponent, 7 fraction bits: the top half of an IEEE-754 binary32)
+ * and IEEE-754 binary16 (1, 5, 10; "fp16"). Values are carried as uint16_t bit patterns.
+ *
+ * Arithmetic of one combination a op b (twohop combines two values at a time, in a fixed order:
+ * docs/design.md, "Determinism"):
+ *   SUM, PROD  both operands widened exactly to binary32, the operation in binary32 (IEEE, round
+ *              to nearest even, subnormals kept), the result rounded once to the format (round to
+ *              nearest even; overflow gives +-Inf; subnormals of the format kept)
+ *   MAX, MIN   compared as binary32 values; the result is one of the operands, bit for bit
+ *              (b when b > a, resp. b < a, else a: a NaN operand a is kept, a NaN b is not taken;
+ *              -0 and +0 compare equal, so a is kept)
+ * NaN results of SUM and PROD are quiet NaNs with the sign of the binary32 result (bfloat16 also
+ * keeps the top 6 payload bits; binary16 returns 0x7e00 | sign). Source of the rounding
+ * methods: the IEEE-754 round-to-nearest-even rule applied to the bit patterns (bfloat16: add
+ * 0x7fff plus the lowest kept bit, truncate; binary16: rebias and round the same way, and for
+ * results below 2^-14 an exact binary32 addition of a power-of-two "magic" constant that leaves
+ * the rounded subnormal in the low bits).
+ */
+#ifndef TWOHOP_HALF_MATH_H
+#define TWOHOP_HALF_MATH_H
+
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__CUDACC__)
+#define TWOHOP_HALF_FN static __host__ __device__ __forceinline__
+#else
+#define TWOHOP_HALF_FN static inline
+#endif
+
+TWOHOP_HALF_FN uint32_t twohop_f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof(u));
+    return u;
+}
+
+TWOHOP_HALF_FN float twohop_bits_f32(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof(f));
+    return f;
+}
+
+/* bfloat16 -> binary32 (exact). */
+TWOHOP_HALF_FN float twohop_bf16_to_f32(uint16_t h) { return twohop_bits_f32((uint32_t)h << 16); }
+
+/* binary32 -> bfloat16, round to nearest even. */
+TWOHOP_HALF_FN uint16_t twohop_f32_to_bf16(float f) {
+    uint32_t u = twohop_f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+/* binary16 -> binary32 (exact). */
+TWOHOP_HALF_FN float twohop_f16_to_f32(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    const uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+    if (exp == 0x1fu) return twohop_bits_f32(sign | 0x7f800000u | (man << 13)); /* Inf, NaN */
+    if (exp != 0) return twohop_bits_f32(sign | ((exp + 112u) << 23) | (man << 13));
+    /* zero or subnormal: man * 2^-24, exact in binary32 */
+    return twohop_bits_f32(sign | twohop_f32_bits((float)man * 5.9604644775390625e-08f));
+}
+
+/* binary32 -> binary16, round to nearest even. */
+TWOHOP_HALF_FN uint16_t twohop_f32_to_f16(float f) {
+    uint32_t u = twohop_f32_bits(f);
+    const uint32_t sign = u & 0x80000000u;
+    u ^= sign;
+    uint32_t o;
+    if (u >= 0x47800000u) {                 /* >= 2^16, Inf or NaN */
+        o = u > 0x7f800000u ? 0x7e00u : 0x7c00u;
+    } else if (u < 0x38800000u) {           /* below 2^-14: subnormal or zero */
+        /* u + 0.5 (2^-1): the binary32 addition rounds the value to a multiple of 2^-24, which
+         * lands in the low bits of the sum's fraction */
+        const float magic = 0.5f;
+        o = twohop_f32_bits(twohop_bits_f32(u) + magic) - twohop_f32_bits(magic);
+    } else {
+        const uint32_t odd = (u >> 13) & 1u;
+        u += 0xc8000fffu + odd;             /* rebias the exponent (-112 << 23), round */
+        o = u >> 13;
+    }
+    return (uint16_t)(o | (sign >> 16));
+}
+
+/* One combination (see above); op: 0 sum, 1 prod, 2 max, 3 min. */
+TWOHOP_HALF_FN uint16_t twohop_bf16_combine(int op, uint16_t a, uint16_t b) {
+    const float x = twohop_bf16_to_f32(a), y = twohop_bf16_to_f32(b);
+    switch (op) {
+    case 0: return twohop_f32_to_bf16(x + y);
+    case 1: return twohop_f32_to_bf16(x * y);
+    case 2: return y > x ? b : a;
+    default: return y < x ? b : a;
+    }
+}
+
+TWOHOP_HALF_FN uint16_t twohop_f16_combine(int op, uint16_t a, uint16_t b) {
+    const float x = twohop_f16_to_f32(a), y = twohop_f16_to_f32(b);
+    switch (op) {
+    case 0: return twohop_f32_to_f16(x + y);
+    case 1: return twohop_f32_to_f16(x * y);
+    case 2: return y > x ? b : a;
+    default: return y < x ? b : a;
+    }
+}
+
+#endif
