@@ -280,6 +280,9 @@ static void build_type_table(void) {
     MAP(MPI_INTEGER, TWOHOP_I32) MAP(MPI_REAL, TWOHOP_F32)
     MAP(MPI_DOUBLE_PRECISION, TWOHOP_F64) MAP(MPI_COMPLEX, TWOHOP_C32)
     MAP(MPI_DOUBLE_COMPLEX, TWOHOP_C64) MAP(MPI_2INTEGER, TWOHOP_2INT)
+#ifdef MPIX_C_FLOAT16 /* Open MPI built with the shortfloat extension */
+    MAP(MPIX_C_FLOAT16, TWOHOP_F16)
+#endif
 #undef MAP
     type_table_len = n;
 }
@@ -288,6 +291,63 @@ static void build_type_table(void) {
 static int map_predefined(ompi_datatype_t *d) {
     for (int i = 0; i < type_table_len; ++i) {
         if (type_table[i].dt == d) return type_table[i].t;
+    }
+    return -1;
+}
+
+/*
+ * Half precision (include/twohop_half.h): the datatype and op handles the header registered
+ * through mca_coll_twohop_register_half. Every rank creates them with the same header calls, so
+ * the classification below is the same on every rank (it depends on the datatype and op only).
+ */
+static struct {
+    MPI_Datatype type;
+    MPI_Op op; /* MPI_OP_NULL: a datatype entry */
+    int kind;  /* 1 bfloat16, 2 binary16 */
+    int half_op;
+} half_table[64];
+static int half_table_len;
+static opal_mutex_t half_lock = OPAL_MUTEX_STATIC_INIT;
+/* Calls classified onto twohop's half-precision kernels (pvar coll_twohop_half_calls). */
+static unsigned long long twohop_half_calls;
+
+/*
+ * Registers a half-precision datatype (op MPI_OP_NULL, half_op -1) or op (half_op 0 sum,
+ * 1 prod, 2 max, 3 min) of `kind` (1 bfloat16, 2 binary16) created by include/twohop_half.h.
+ * Returns MPI_SUCCESS, MPI_ERR_ARG for a bad kind/op, MPI_ERR_NO_MEM when the table (64
+ * entries) is full: the handle then works through its host function, not twohop's kernels.
+ */
+__attribute__((visibility("default"))) int
+mca_coll_twohop_register_half(MPI_Datatype type, MPI_Op op, int kind, int half_op) {
+    if ((kind != 1 && kind != 2) || half_op < -1 || half_op > 3 ||
+        (op == MPI_OP_NULL) != (half_op == -1)) {
+        return MPI_ERR_ARG;
+    }
+    opal_mutex_lock(&half_lock);
+    const int n = __atomic_load_n(&half_table_len, __ATOMIC_ACQUIRE);
+    if (n < (int)(sizeof(half_table) / sizeof(half_table[0]))) {
+        half_table[n].type = type;
+        half_table[n].op = op;
+        half_table[n].kind = kind;
+        half_table[n].half_op = half_op;
+        __atomic_store_n(&half_table_len, n + 1, __ATOMIC_RELEASE);
+    }
+    opal_mutex_unlock(&half_lock);
+    return n < (int)(sizeof(half_table) / sizeof(half_table[0])) ? MPI_SUCCESS : MPI_ERR_NO_MEM;
+}
+
+/* The half-precision kind of datatype d (0: none), and of op for that kind (-1: none). */
+static int half_type_kind(ompi_datatype_t *d) {
+    const int n = __atomic_load_n(&half_table_len, __ATOMIC_ACQUIRE);
+    for (int i = 0; i < n; ++i) {
+        if (half_table[i].op == MPI_OP_NULL && half_table[i].type == d) return half_table[i].kind;
+    }
+    return 0;
+}
+static int half_op_of(ompi_op_t *op, int kind) {
+    const int n = __atomic_load_n(&half_table_len, __ATOMIC_ACQUIRE);
+    for (int i = 0; i < n; ++i) {
+        if (half_table[i].op == op && half_table[i].kind == kind) return half_table[i].half_op;
     }
     return -1;
 }
@@ -575,6 +635,20 @@ static const char *classify(ompi_datatype_t *dtype, ompi_op_t *op, twohop_reduct
     *base_out = NULL;
     *base_size = *base_extent = 0;
     *elems_per_item = 1;
+    const int half = half_type_kind(dtype);
+    const int half_op = half ? half_op_of(op, half) : -1;
+    if (half_op >= 0) { /* include/twohop_half.h: twohop's kernels, the ops' arithmetic */
+        static const twohop_op ops[4] = {TWOHOP_OP_SUM, TWOHOP_OP_PROD, TWOHOP_OP_MAX,
+                                         TWOHOP_OP_MIN};
+        red->dtype = half == 1 ? TWOHOP_BF16 : TWOHOP_F16;
+        red->op = ops[half_op];
+        __atomic_add_fetch(&twohop_half_calls, 1, __ATOMIC_RELAXED);
+        red->item_bytes = 2;
+        red->elems_per_item = 1;
+        *base_out = dtype;
+        *base_size = *base_extent = 2;
+        return NULL;
+    }
     if (!ompi_op_is_intrinsic(op)) {
         if (!ompi_op_is_commute(op)) return "user-defined op is not commutative";
         uctx->op = op;
@@ -1129,6 +1203,10 @@ static int twohop_register(void) {
                      "MPI_Iallreduce calls executed by twohop's own algorithm (Open MPI's own "
                      "communicator construction issues some on the parent communicator)",
                      &twohop_nonblocking_calls);
+    register_counter(c, "half_calls",
+                     "Allreduces (any form; a persistent one once, at its initialisation) of "
+                     "include/twohop_half.h's bfloat16/float16 types and ops that twohop "
+                     "classified onto its own kernels", &twohop_half_calls);
     register_counter(c, "persistent_starts",
                      "Starts of persistent allreduces (MPI_Allreduce_init, MPIX_Allreduce_init) "
                      "executed by twohop's own algorithm", &twohop_persistent_starts);

@@ -122,6 +122,9 @@ bool twohop_pvars_open(struct twohop_pvars *pv) {
     int mn_idx = find_pvar("coll_twohop_enqueued_multinode_calls", ignored, sizeof ignored);
     pv->has_enq_mn = mn_idx >= 0 && MPI_T_pvar_handle_alloc(pv->session, mn_idx, NULL,
                                                             &pv->enq_mn, &n) == MPI_SUCCESS;
+    int half_idx = find_pvar("coll_twohop_half_calls", ignored, sizeof ignored);
+    pv->has_half = half_idx >= 0 && MPI_T_pvar_handle_alloc(pv->session, half_idx, NULL,
+                                                            &pv->half, &n) == MPI_SUCCESS;
     pv->found = true;
     return true;
 }
@@ -140,6 +143,7 @@ struct twohop_counts twohop_pvars_read(const struct twohop_pvars *pv) {
         c.nonblocking = pmpi_read("coll_twohop_nonblocking_calls");
         c.persistent = pmpi_read("coll_twohop_persistent_starts");
         c.enq_multinode = pmpi_read("coll_twohop_enqueued_multinode_calls");
+        c.half = pmpi_read("coll_twohop_half_calls");
     } else if (pv->found) {
         MPI_T_pvar_read(pv->session, pv->served, &c.served);
         MPI_T_pvar_read(pv->session, pv->fallback, &c.fallback);
@@ -151,6 +155,7 @@ struct twohop_counts twohop_pvars_read(const struct twohop_pvars *pv) {
         if (pv->has_nb) MPI_T_pvar_read(pv->session, pv->nb, &c.nonblocking);
         if (pv->has_pers) MPI_T_pvar_read(pv->session, pv->pers, &c.persistent);
         if (pv->has_enq_mn) MPI_T_pvar_read(pv->session, pv->enq_mn, &c.enq_multinode);
+        if (pv->has_half) MPI_T_pvar_read(pv->session, pv->half, &c.half);
     }
     return c;
 }
@@ -170,6 +175,7 @@ void twohop_pvars_close(struct twohop_pvars *pv) {
         if (pv->has_bells) MPI_T_pvar_handle_free(pv->session, &pv->bells);
         if (pv->has_nb) MPI_T_pvar_handle_free(pv->session, &pv->nb);
         if (pv->has_enq_mn) MPI_T_pvar_handle_free(pv->session, &pv->enq_mn);
+        if (pv->has_half) MPI_T_pvar_handle_free(pv->session, &pv->half);
         if (pv->has_pers) MPI_T_pvar_handle_free(pv->session, &pv->pers);
         MPI_T_pvar_session_free(&pv->session);
     }

@@ -23,6 +23,7 @@ struct twohop_counts {
     unsigned long long nonblocking; /* coll_twohop_nonblocking_calls (0 when absent) */
     unsigned long long persistent;  /* coll_twohop_persistent_starts (0 when absent) */
     unsigned long long enq_multinode; /* coll_twohop_enqueued_multinode_calls (0 when absent) */
+    unsigned long long half;        /* coll_twohop_half_calls (0 when absent) */
 };
 
 /* Handles for reading the two counters; `found` is false when twohop is not loaded. */
@@ -33,8 +34,8 @@ struct twohop_pvars {
     MPI_T_pvar_session session;
     MPI_T_pvar_handle served;
     MPI_T_pvar_handle fallback;
-    bool has_gpu, has_hop1, has_enq, has_posted, has_bells, has_nb, has_pers, has_enq_mn;
-    MPI_T_pvar_handle gpu, hop1, enq, posted, bells, nb, pers, enq_mn;
+    bool has_gpu, has_hop1, has_enq, has_posted, has_bells, has_nb, has_pers, has_enq_mn, has_half;
+    MPI_T_pvar_handle gpu, hop1, enq, posted, bells, nb, pers, enq_mn, half;
 };
 
 /*

@@ -36,6 +36,12 @@ int twohop_mpi_map_type(MPI_Datatype d) {
         {MPI_LONG_DOUBLE_INT, TWOHOP_LONG_DOUBLE_INT}, {MPI_INTEGER, TWOHOP_I32},
         {MPI_REAL, TWOHOP_F32}, {MPI_DOUBLE_PRECISION, TWOHOP_F64}, {MPI_COMPLEX, TWOHOP_C32},
         {MPI_DOUBLE_COMPLEX, TWOHOP_C64}, {MPI_2INTEGER, TWOHOP_2INT},
+#ifdef MPIX_C_FLOAT16 /* MPICH; Open MPI with the shortfloat extension */
+        {MPIX_C_FLOAT16, TWOHOP_F16},
+#endif
+#ifdef MPIX_BFLOAT16 /* MPICH 5.0 */
+        {MPIX_BFLOAT16, TWOHOP_BF16},
+#endif
     };
     if (d == MPI_DATATYPE_NULL) return -1;
     for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); ++i) {

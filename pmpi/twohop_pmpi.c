@@ -471,6 +471,59 @@ static int user_reduce(void *ctx, const void *in, void *inout, size_t count) {
  * user ops, whose canonical layout is the packed signature); *elems_per_item: canonical elements
  * per user item.
  */
+/*
+ * Half precision (include/twohop_half.h): the handles the header registered through
+ * twohop_pmpi_register_half (the same rules as the Open MPI component's
+ * mca_coll_twohop_register_half: datatype entries have op MPI_OP_NULL and half_op -1; kind 1
+ * bfloat16, 2 binary16; half_op 0 sum, 1 prod, 2 max, 3 min). MPI_SUCCESS, MPI_ERR_ARG, or
+ * MPI_ERR_NO_MEM when the 64 entries are taken (the handle then runs its host function).
+ */
+static struct {
+    MPI_Datatype type;
+    MPI_Op op;
+    int kind, half_op;
+} half_table[64];
+static int half_table_len;
+static pthread_mutex_t half_lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned long long half_calls; /* coll_twohop_half_calls */
+
+EXPORT int twohop_pmpi_register_half(MPI_Datatype type, MPI_Op op, int kind, int half_op) {
+    if ((kind != 1 && kind != 2) || half_op < -1 || half_op > 3 ||
+        (op == MPI_OP_NULL) != (half_op == -1)) {
+        return MPI_ERR_ARG;
+    }
+    pthread_mutex_lock(&half_lock);
+    const int n = __atomic_load_n(&half_table_len, __ATOMIC_ACQUIRE);
+    const int cap = (int)(sizeof(half_table) / sizeof(half_table[0]));
+    if (n < cap) {
+        half_table[n].type = type;
+        half_table[n].op = op;
+        half_table[n].kind = kind;
+        half_table[n].half_op = half_op;
+        __atomic_store_n(&half_table_len, n + 1, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&half_lock);
+    return n < cap ? MPI_SUCCESS : MPI_ERR_NO_MEM;
+}
+
+/* The registered (type, op) pair's twohop type and op: 1 when both are registered. */
+static int half_lookup(MPI_Datatype dtype, MPI_Op op, twohop_dtype *t, twohop_op *o) {
+    static const twohop_op ops[4] = {TWOHOP_OP_SUM, TWOHOP_OP_PROD, TWOHOP_OP_MAX, TWOHOP_OP_MIN};
+    const int n = __atomic_load_n(&half_table_len, __ATOMIC_ACQUIRE);
+    int kind = 0;
+    for (int i = 0; i < n && !kind; ++i) {
+        if (half_table[i].op == MPI_OP_NULL && half_table[i].type == dtype) kind = half_table[i].kind;
+    }
+    for (int i = 0; kind && i < n; ++i) {
+        if (half_table[i].op == op && half_table[i].kind == kind) {
+            *t = kind == 1 ? TWOHOP_BF16 : TWOHOP_F16;
+            *o = ops[half_table[i].half_op];
+            return 1;
+        }
+    }
+    return 0;
+}
+
 static const char *classify(MPI_Datatype dtype, MPI_Op op, twohop_reduction *red,
                             user_op_ctx *u, MPI_Datatype *base_out, uint64_t *elems_per_item) {
     MPI_Count size = 0;
@@ -478,6 +531,17 @@ static const char *classify(MPI_Datatype dtype, MPI_Op op, twohop_reduction *red
     memset(red, 0, sizeof(*red));
     *base_out = MPI_DATATYPE_NULL;
     *elems_per_item = 1;
+    twohop_dtype ht;
+    twohop_op ho;
+    if (half_lookup(dtype, op, &ht, &ho)) { /* twohop's kernels, the ops' own arithmetic */
+        __atomic_add_fetch(&half_calls, 1, __ATOMIC_RELAXED);
+        red->dtype = ht;
+        red->op = ho;
+        red->item_bytes = 2;
+        red->elems_per_item = 1;
+        *base_out = dtype;
+        return NULL;
+    }
     if (!twohop_mpi_op_is_predefined(op)) {
         int commute = 0;
         if (PMPI_Op_commutative(op, &commute) != MPI_SUCCESS || !commute) {
@@ -748,6 +812,7 @@ EXPORT int twohop_pmpi_counter(const char *name, unsigned long long *value) {
         {"coll_twohop_rabenseifner_shards", twohop_rabenseifner_counter()},
         {"coll_twohop_enqueued_calls", twohop_enqueued_calls_counter()},
         {"coll_twohop_enqueued_multinode_calls", twohop_enqueued_multinode_counter()},
+        {"coll_twohop_half_calls", &half_calls},
     };
     for (size_t i = 0; name && i < sizeof(table) / sizeof(table[0]); ++i) {
         if (strcmp(name, table[i].name) == 0) {

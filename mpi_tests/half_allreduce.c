@@ -1,0 +1,259 @@
+/*
+ * half_allreduce: bfloat16 and binary16 allreduce through include/twohop_half.h.
+ *
+ * usage: half_allreduce [--expect twohop|none] [--device]
+ *   exact     both types x SUM, PROD, MAX, MIN x counts (1, 7, 4099, 70001, 1 << 20) x in place
+ *             or not: inputs whose every combination is exact (small integers, powers of two),
+ *             so the expected result is known whatever the combination order, and checked bit
+ *             for bit
+ *   special   +Inf, NaN, -0 and subnormals (SUM): Inf + finite = Inf; NaN anywhere gives a NaN;
+ *             -0 on every rank gives -0; one smallest subnormal per rank gives p of them
+ *   bits      pseudo-random finite values (rounding happens): every rank's result is the same
+ *             bit pattern (compared through MPI_BAND and MPI_BOR of the results), for every
+ *             type, op and count
+ *   host op   the ops' host function (MPI_Reduce_local) computes twohop_half_math.h's
+ *             combination
+ * --expect twohop: coll_twohop_allreduce_calls and coll_twohop_half_calls count every allreduce
+ * of the cases and coll_twohop_fallback_calls none (twohop's kernels served them, not the ops'
+ * host functions through twohop's user-op path); none: no twohop counter moves
+ * (another module ran the ops' host functions: the same bits). --device: buffers in CUDA device
+ * memory (built with the CUDA runtime only). Exit 0 when every check passes on every rank.
+ */
+#define _GNU_SOURCE
+#include <math.h>
+#include <mpi.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef TWOHOP_HALF_CUDA
+#include <cuda_runtime.h>
+#endif
+
+#include "twohop_half.h"
+#include "twohop_pvars.h"
+
+static int rank, size, failures, calls;
+static bool device;
+
+static void fail(const char *what) {
+    if (failures < 20) fprintf(stderr, "rank %d: FAIL %s\n", rank, what);
+    failures++;
+}
+
+static uint16_t from_f(int kind, float f) {
+    return kind == TWOHOP_HALF_BF16 ? twohop_f32_to_bf16(f) : twohop_f32_to_f16(f);
+}
+
+/* One allreduce of n elements of `in` (host arrays; copied to the device with --device). */
+static int allreduce(const uint16_t *in, uint16_t *out, int n, MPI_Datatype t, MPI_Op op,
+                     bool in_place) {
+    ++calls;
+    if (!in_place) memset(out, 0xa5, (size_t)n * 2);
+    else memcpy(out, in, (size_t)n * 2);
+#ifdef TWOHOP_HALF_CUDA
+    if (device) {
+        void *din = NULL, *dout = NULL;
+        if (cudaMalloc(&din, (size_t)n * 2) != cudaSuccess ||
+            cudaMalloc(&dout, (size_t)n * 2) != cudaSuccess) {
+            fail("cudaMalloc");
+            return MPI_ERR_OTHER;
+        }
+        cudaMemcpy(din, in, (size_t)n * 2, cudaMemcpyHostToDevice);
+        cudaMemcpy(dout, out, (size_t)n * 2, cudaMemcpyHostToDevice);
+        const int rc = MPI_Allreduce(in_place ? MPI_IN_PLACE : din, dout, n, t, op, MPI_COMM_WORLD);
+        cudaMemcpy(out, dout, (size_t)n * 2, cudaMemcpyDeviceToHost);
+        cudaFree(din);
+        cudaFree(dout);
+        return rc;
+    }
+#endif
+    return MPI_Allreduce(in_place ? MPI_IN_PLACE : in, out, n, t, op, MPI_COMM_WORLD);
+}
+
+/* Exact inputs: element i of rank r, for op h; the expected result. */
+static float exact_in(int h, int r, int i) {
+    switch (h) {
+    case TWOHOP_HALF_SUM: return (float)((r + 1) + (i % 5)) - 2.0f; /* sums <= a few hundred */
+    case TWOHOP_HALF_PROD: return ((i + r) % 7 == 0) ? 2.0f : ((i + 2 * r) % 11 == 0 ? -1.0f : 1.0f);
+    case TWOHOP_HALF_MAX:
+    default: return (float)(((r * 7 + i) % 13) - 6);
+    }
+}
+static float exact_out(int h, int i) {
+    float acc = exact_in(h, 0, i);
+    for (int r = 1; r < size; ++r) {
+        const float x = exact_in(h, r, i);
+        if (h == TWOHOP_HALF_SUM) acc += x;
+        else if (h == TWOHOP_HALF_PROD) acc *= x;
+        else if (h == TWOHOP_HALF_MAX) acc = x > acc ? x : acc;
+        else acc = x < acc ? x : acc;
+    }
+    return acc;
+}
+
+static void case_exact(void) {
+    const int counts[] = {1, 7, 4099, 70001, 1 << 20};
+    const MPI_Op bases[4] = {MPI_SUM, MPI_PROD, MPI_MAX, MPI_MIN};
+    for (int kind = 1; kind <= 2; ++kind) {
+        MPI_Datatype t = kind == 1 ? twohop_type_bfloat16() : twohop_type_float16();
+        for (int h = 0; h < 4; ++h) {
+            MPI_Op op = twohop_half_op(bases[h], t);
+            if (op == MPI_OP_NULL) {
+                fail("twohop_half_op returned MPI_OP_NULL");
+                continue;
+            }
+            for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); ++c) {
+                const int n = counts[c];
+                uint16_t *in = malloc((size_t)n * 2), *out = malloc((size_t)n * 2);
+                for (int i = 0; i < n; ++i) in[i] = from_f(kind, exact_in(h, rank, i));
+                for (int ip = 0; ip < 2; ++ip) {
+                    if (allreduce(in, out, n, t, op, ip) != MPI_SUCCESS) fail("exact: MPI error");
+                    for (int i = 0; i < n; ++i) {
+                        const uint16_t want = from_f(kind, exact_out(h, i));
+                        if (out[i] != want) {
+                            char msg[160];
+                            snprintf(msg, sizeof msg, "exact: %s op %d n %d in_place %d: [%d] = "
+                                     "0x%04x, expected 0x%04x", kind == 1 ? "bf16" : "fp16", h,
+                                     n, ip, i, out[i], want);
+                            fail(msg);
+                            break;
+                        }
+                    }
+                }
+                free(in);
+                free(out);
+            }
+        }
+    }
+}
+
+static void case_special(void) {
+    for (int kind = 1; kind <= 2; ++kind) {
+        MPI_Datatype t = kind == 1 ? twohop_type_bfloat16() : twohop_type_float16();
+        MPI_Op sum = twohop_half_op(MPI_SUM, t);
+        const uint16_t pinf = kind == 1 ? 0x7f80 : 0x7c00, qnan = kind == 1 ? 0x7fc0 : 0x7e00;
+        const uint16_t expmask = pinf, nzero = 0x8000, one = kind == 1 ? 0x3f80 : 0x3c00;
+        enum { N = 4 };
+        uint16_t in[N], out[N];
+        in[0] = rank == 0 ? pinf : one;        /* Inf + finite */
+        in[1] = rank == size - 1 ? qnan : one; /* NaN anywhere */
+        in[2] = nzero;                         /* -0 everywhere */
+        in[3] = 0x0001;                        /* smallest subnormal */
+        if (allreduce(in, out, N, t, sum, false) != MPI_SUCCESS) fail("special: MPI error");
+        if (out[0] != pinf) fail("special: Inf + finite is not +Inf");
+        if ((out[1] & expmask) != expmask || (out[1] & (uint16_t)~(expmask | 0x8000)) == 0) {
+            fail("special: a NaN input did not give a NaN");
+        }
+        if (out[2] != nzero) fail("special: -0 on every rank did not give -0");
+        if (out[3] != (uint16_t)size) fail("special: subnormals were not kept");
+    }
+}
+
+static void case_bits(void) {
+    const int counts[] = {3, 5000, 300001};
+    const MPI_Op bases[4] = {MPI_SUM, MPI_PROD, MPI_MAX, MPI_MIN};
+    for (int kind = 1; kind <= 2; ++kind) {
+        MPI_Datatype t = kind == 1 ? twohop_type_bfloat16() : twohop_type_float16();
+        for (int h = 0; h < 4; ++h) {
+            MPI_Op op = twohop_half_op(bases[h], t);
+            for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); ++c) {
+                const int n = counts[c];
+                uint16_t *in = malloc((size_t)n * 2), *out = malloc((size_t)n * 2);
+                uint16_t *band = malloc((size_t)n * 2), *bor = malloc((size_t)n * 2);
+                uint32_t x = 2654435761u * (uint32_t)(rank + 1) + (uint32_t)(h * 7 + c);
+                for (int i = 0; i < n; ++i) {
+                    x = x * 1664525u + 1013904223u;
+                    /* finite values in [0.5, 2) with random fraction bits, random sign */
+                    const float f = (1.0f + (float)(x >> 9) / 8388608.0f) * ((x & 1) ? -0.75f : 0.75f);
+                    in[i] = from_f(kind, f);
+                }
+                if (allreduce(in, out, n, t, op, false) != MPI_SUCCESS) fail("bits: MPI error");
+                MPI_Allreduce(out, band, n, MPI_UNSIGNED_SHORT, MPI_BAND, MPI_COMM_WORLD);
+                MPI_Allreduce(out, bor, n, MPI_UNSIGNED_SHORT, MPI_BOR, MPI_COMM_WORLD);
+                if (memcmp(band, out, (size_t)n * 2) || memcmp(bor, out, (size_t)n * 2)) {
+                    char msg[120];
+                    snprintf(msg, sizeof msg, "bits: %s op %d n %d: results differ between ranks",
+                             kind == 1 ? "bf16" : "fp16", h, n);
+                    fail(msg);
+                }
+                free(in);
+                free(out);
+                free(band);
+                free(bor);
+            }
+        }
+    }
+}
+
+static void case_host_op(void) {
+    const MPI_Op bases[4] = {MPI_SUM, MPI_PROD, MPI_MAX, MPI_MIN};
+    for (int kind = 1; kind <= 2; ++kind) {
+        MPI_Datatype t = kind == 1 ? twohop_type_bfloat16() : twohop_type_float16();
+        for (int h = 0; h < 4; ++h) {
+            enum { N = 4096 };
+            uint16_t a[N], b[N];
+            uint32_t x = 99u + (uint32_t)h;
+            for (int i = 0; i < N; ++i) {
+                x = x * 1664525u + 1013904223u;
+                a[i] = (uint16_t)(x >> 16);
+                b[i] = (uint16_t)x;
+            }
+            uint16_t want[N];
+            for (int i = 0; i < N; ++i) {
+                want[i] = kind == 1 ? twohop_bf16_combine(h, a[i], b[i])
+                                    : twohop_f16_combine(h, a[i], b[i]);
+            }
+            MPI_Reduce_local(a, b, N, t, twohop_half_op(bases[h], t));
+            if (memcmp(b, want, sizeof want)) fail("host op: MPI_Reduce_local differs");
+        }
+    }
+}
+
+int main(int argc, char **argv) {
+    const char *expect = "any";
+    for (int i = 1; i < argc; ++i) {
+        if (!strcmp(argv[i], "--expect") && i + 1 < argc) expect = argv[++i];
+        else if (!strcmp(argv[i], "--device")) device = true;
+    }
+#ifndef TWOHOP_HALF_CUDA
+    if (device) {
+        fprintf(stderr, "half_allreduce: built without the CUDA runtime (--device)\n");
+        return 2;
+    }
+#endif
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    struct twohop_pvars pv;
+    twohop_pvars_open(&pv);
+    const struct twohop_counts c0 = twohop_pvars_read(&pv);
+    case_exact();
+    case_special();
+    case_bits();
+    case_host_op();
+    const struct twohop_counts c1 = twohop_pvars_read(&pv);
+    const unsigned long long served = c1.served - c0.served, fb = c1.fallback - c0.fallback;
+    const unsigned long long half = c1.half - c0.half;
+    if (!strcmp(expect, "twohop") &&
+        (!pv.found || served < (unsigned long long)calls || half < (unsigned long long)calls || fb)) {
+        char msg[400];
+        snprintf(msg, sizeof msg, "twohop served %llu of %d half-precision allreduces, %llu with "
+                 "its half-precision kernels, %llu fallbacks (%s)", served, calls, half, fb,
+                 pv.found ? "counters read" : pv.why);
+        fail(msg);
+    }
+    if (!strcmp(expect, "none") && pv.found && served) fail("twohop served calls: expected none");
+    int total = 0;
+    MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (rank == 0) {
+        printf("half_allreduce: %d ranks, %d allreduces per rank%s, %s\n", size, calls,
+               device ? " on device buffers" : "", total ? "FAIL" : "OK");
+    }
+    twohop_pvars_close(&pv);
+    MPI_Finalize();
+    return total ? 1 : 0;
+}
