@@ -2,6 +2,10 @@
  * half_allreduce: bfloat16 and binary16 allreduce through include/twohop_half.h.
  *
  * usage: half_allreduce [--expect twohop|none] [--device]
+ *        half_allreduce bench [--device] [--max-elems N]
+ *          time per MPI_Allreduce (SUM, slowest rank, best of 5 runs) of n elements as float,
+ *          bfloat16 and float16, n = 64 Ki .. N (default 64 Mi) elements x4, and the ratios
+ *          bf16/float and fp16/float (half the bytes)
  *   exact     both types x SUM, PROD, MAX, MIN x counts (1, 7, 4099, 70001, 1 << 20) x in place
  *             or not: inputs whose every combination is exact (small integers, powers of two),
  *             so the expected result is known whatever the combination order, and checked bit
@@ -212,11 +216,81 @@ static void case_host_op(void) {
     }
 }
 
+static void *buffer(size_t bytes) {
+    void *p = NULL;
+#ifdef TWOHOP_HALF_CUDA
+    if (device) {
+        if (cudaMalloc(&p, bytes) != cudaSuccess) return NULL;
+        cudaMemset(p, 0, bytes);
+        cudaDeviceSynchronize();
+        return p;
+    }
+#endif
+    p = calloc(1, bytes);
+    return p;
+}
+static void release(void *p) {
+#ifdef TWOHOP_HALF_CUDA
+    if (device) {
+        cudaFree(p);
+        return;
+    }
+#endif
+    free(p);
+}
+
+static double time_calls(void *in, void *out, long n, MPI_Datatype t, MPI_Op op, int k) {
+    double best = 1e30;
+    MPI_Allreduce(in, out, (int)n, t, op, MPI_COMM_WORLD); /* warm-up */
+    for (int rep = 0; rep < 5; ++rep) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        const double t0 = MPI_Wtime();
+        for (int i = 0; i < k; ++i) MPI_Allreduce(in, out, (int)n, t, op, MPI_COMM_WORLD);
+        double dt = (MPI_Wtime() - t0) / k, worst;
+        MPI_Allreduce(&dt, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        if (worst < best) best = worst;
+    }
+    return best;
+}
+
+static int bench(long max_elems) {
+    MPI_Datatype bf = twohop_type_bfloat16(), f16 = twohop_type_float16();
+    MPI_Op sbf = twohop_half_op(MPI_SUM, bf), sf16 = twohop_half_op(MPI_SUM, f16);
+    void *in = buffer((size_t)max_elems * 4), *out = buffer((size_t)max_elems * 4);
+    if (!in || !out) {
+        fprintf(stderr, "half_allreduce bench: allocation failed\n");
+        return 1;
+    }
+    if (rank == 0) {
+        printf("# %d ranks, %s buffers; us per MPI_Allreduce(SUM), best of 5\n", size,
+               device ? "device" : "host");
+        printf("%-12s %12s %12s %12s %8s %8s\n", "elements", "float", "bfloat16", "float16",
+               "bf16/f", "f16/f");
+    }
+    for (long n = 65536; n <= max_elems; n *= 4) {
+        const int k = n <= (1 << 20) ? 20 : n <= (16 << 20) ? 5 : 2;
+        const double tf = time_calls(in, out, n, MPI_FLOAT, MPI_SUM, k);
+        const double tb = time_calls(in, out, n, bf, sbf, k);
+        const double th = time_calls(in, out, n, f16, sf16, k);
+        if (rank == 0) {
+            printf("%-12ld %12.1f %12.1f %12.1f %8.2f %8.2f\n", n, tf * 1e6, tb * 1e6, th * 1e6,
+                   tb / tf, th / tf);
+            fflush(stdout);
+        }
+    }
+    release(in);
+    release(out);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *expect = "any";
+    bool do_bench = argc > 1 && !strcmp(argv[1], "bench");
+    long max_elems = 64L << 20;
     for (int i = 1; i < argc; ++i) {
         if (!strcmp(argv[i], "--expect") && i + 1 < argc) expect = argv[++i];
         else if (!strcmp(argv[i], "--device")) device = true;
+        else if (!strcmp(argv[i], "--max-elems") && i + 1 < argc) max_elems = atol(argv[++i]);
     }
 #ifndef TWOHOP_HALF_CUDA
     if (device) {
@@ -228,6 +302,11 @@ int main(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    if (do_bench) {
+        const int rc = bench(max_elems);
+        MPI_Finalize();
+        return rc;
+    }
     struct twohop_pvars pv;
     twohop_pvars_open(&pv);
     const struct twohop_counts c0 = twohop_pvars_read(&pv);

@@ -18,6 +18,9 @@
 #          --expect-enqueued-multinode at 4 ranks (hop 2 over TCP) and 8 ranks (over UCX shared
 #          memory), the README example, the size table (call return time, enqueued and blocking
 #          time per call, 4 and 8 ranks, shared memory) and the overlap with a compute kernel.
+#   half: bfloat16/float16 (include/twohop_half.h): half_allreduce's checks on device buffers
+#          (one node: the GPU path; two virtual nodes: GPU hop 1) and host buffers, then the
+#          time against float for the same element count, device and host buffers, 8 ranks.
 #   forms: the non-blocking and persistent forms on device buffers (one GPU, two virtual nodes),
 #          single-rank communicators (MPI_COMM_SELF, singleton splits, mpirun -np 1) with
 #          device buffers; with OMB_DIR set (a directory holding OSU micro-benchmark binaries
@@ -182,6 +185,31 @@ if [[ $mode == vnshm ]]; then
     done
     echo "================ gpu_check summary"
     exit 0
+fi
+if [[ $mode == half ]]; then
+    for cfg in "4 - --device" "4 rr:2 --device" "8 - "; do
+        read -r np vn dev <<<"$cfg"
+        [[ $vn == - ]] && vn=""
+        t0=$SECONDS
+        name="half_np${np}${vn:+_rr2}${dev:+_device}"
+        if CHECK_VERBOSE=1 run $np "$vn" 0 -- "$build/mpi_tests/half_allreduce" --expect twohop $dev \
+            >"$out/$name.log" 2>&1; then
+            summary+=("PASS $name ($((SECONDS - t0)) s): $(grep -m1 '^half_allreduce' "$out/$name.log")")
+        else
+            summary+=("FAIL $name ($((SECONDS - t0)) s)")
+            status=1
+            grep -E "FAIL|error|signal" "$out/$name.log" | head -5
+        fi
+    done
+    for dev in --device ""; do
+        run 8 "" 0 -- "$build/mpi_tests/half_allreduce" bench $dev --max-elems 67108864 \
+            >"$out/half_bench_np8${dev:+_device}.txt" 2>&1 || status=1
+        echo "== half precision against float, 8 ranks, ${dev:+device}${dev:-host} buffers"
+        grep -E "^#|^[0-9e]" "$out/half_bench_np8${dev:+_device}.txt"
+    done
+    echo "================ gpu_check summary"
+    printf '%s\n' "${summary[@]}"
+    exit $status
 fi
 if [[ $mode == streamnodes ]]; then
     shm=(bash -c 'OMPI_MCA_coll_twohop_vnode_shm_transport=1 exec "$@"' _)
