@@ -110,10 +110,6 @@ int deliver_completed(twohop_comm *c) {
     return n;
 }
 
-/*
- * With the engine lock held: advances the queue as far as it goes without waiting. Returns
- * the number of calls that completed; *pending = whether calls remain.
- */
 /* With the engine lock held: calls queued without it go to the back of the queue. */
 void take_incoming(twohop_comm *c) {
     if (!c->has_incoming.load(std::memory_order_acquire)) return;
@@ -123,6 +119,10 @@ void take_incoming(twohop_comm *c) {
     c->has_incoming.store(false, std::memory_order_release);
 }
 
+/*
+ * With the engine lock held: advances the queue as far as it goes without waiting. Returns
+ * the number of calls that completed; *pending = whether calls remain.
+ */
 int advance_queue(twohop_comm *c, bool *pending, bool async_only = false,
                   bool *moved = nullptr) {
     take_incoming(c);

@@ -221,7 +221,17 @@ int twohop_stream_enqueue_multinode(twohop_comm *c, const twohop_userbuf &in,
         new twohop::StreamJob(std::move(inner), slot->words, token, start));
     const int rc = twohop::submit_job(c, std::move(job), twohop::stream_done, nullptr, true,
                                       false);
-    if (rc != TWOHOP_OK) return rc;
+    if (rc != TWOHOP_OK) { // the job was dropped (its gate opened): this rank cannot take part
+        std::snprintf(why, whylen, "%s", twohop::status_reason(rc));
+        twohop::lock_engine(c);
+        twohop::drain_queue(c);
+        twohop::unlock_engine(c);
+        if (c->poisoned == TWOHOP_OK) {
+            c->call_first_seq = c->seq + 1;
+            c->fail(rc, why);
+        }
+        return rc;
+    }
     gpu_enqueued_count();
     twohop::g_multinode_calls.fetch_add(1, std::memory_order_relaxed);
     if (c->verbose >= 3) {
