@@ -15,8 +15,10 @@
  *   MAX, MIN   compared as binary32 values; the result is one of the operands, bit for bit
  *              (b when b > a, resp. b < a, else a: a NaN operand a is kept, a NaN b is not taken;
  *              -0 and +0 compare equal, so a is kept)
- * NaN results of SUM and PROD are quiet NaNs with the sign of the binary32 result (bfloat16 also
- * keeps the top 6 payload bits; binary16 returns 0x7e00 | sign). Source of the rounding
+ * A NaN result of SUM or PROD is the canonical quiet NaN, 0x7fc0 (bfloat16) or 0x7e00 (binary16):
+ * which operand's payload an addition propagates depends on the operand order a compiler picks
+ * for a commutative operation, and GPUs return a canonical NaN, so payloads are not kept. (MAX
+ * and MIN return an operand, NaN or not, unchanged.) Source of the rounding
  * methods: the IEEE-754 round-to-nearest-even rule applied to the bit patterns (bfloat16: add
  * 0x7fff plus the lowest kept bit, truncate; binary16: rebias and round the same way, and for
  * results below 2^-14 an exact binary32 addition of a power-of-two "magic" constant that leaves
@@ -49,10 +51,10 @@ TWOHOP_HALF_FN float twohop_bits_f32(uint32_t u) {
 /* bfloat16 -> binary32 (exact). */
 TWOHOP_HALF_FN float twohop_bf16_to_f32(uint16_t h) { return twohop_bits_f32((uint32_t)h << 16); }
 
-/* binary32 -> bfloat16, round to nearest even. */
+/* binary32 -> bfloat16, round to nearest even; NaN -> the canonical quiet NaN 0x7fc0. */
 TWOHOP_HALF_FN uint16_t twohop_f32_to_bf16(float f) {
     uint32_t u = twohop_f32_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u); /* quiet NaN */
+    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0u;
     u += 0x7fffu + ((u >> 16) & 1u);
     return (uint16_t)(u >> 16);
 }
@@ -67,14 +69,15 @@ TWOHOP_HALF_FN float twohop_f16_to_f32(uint16_t h) {
     return twohop_bits_f32(sign | twohop_f32_bits((float)man * 5.9604644775390625e-08f));
 }
 
-/* binary32 -> binary16, round to nearest even. */
+/* binary32 -> binary16, round to nearest even; NaN -> the canonical quiet NaN 0x7e00. */
 TWOHOP_HALF_FN uint16_t twohop_f32_to_f16(float f) {
     uint32_t u = twohop_f32_bits(f);
     const uint32_t sign = u & 0x80000000u;
     u ^= sign;
     uint32_t o;
-    if (u >= 0x47800000u) {                 /* >= 2^16, Inf or NaN */
-        o = u > 0x7f800000u ? 0x7e00u : 0x7c00u;
+    if (u > 0x7f800000u) return 0x7e00u;    /* NaN */
+    if (u >= 0x47800000u) {                 /* >= 2^16 or Inf */
+        o = 0x7c00u;
     } else if (u < 0x38800000u) {           /* below 2^-14: subnormal or zero */
         /* u + 0.5 (2^-1): the binary32 addition rounds the value to a multiple of 2^-24, which
          * lands in the low bits of the sum's fraction */
