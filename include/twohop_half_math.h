@@ -53,42 +53,40 @@ TWOHOP_HALF_FN float twohop_bf16_to_f32(uint16_t h) { return twohop_bits_f32((ui
 
 /* binary32 -> bfloat16, round to nearest even; NaN -> the canonical quiet NaN 0x7fc0. */
 TWOHOP_HALF_FN uint16_t twohop_f32_to_bf16(float f) {
-    uint32_t u = twohop_f32_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0u;
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
+    const uint32_t u = twohop_f32_bits(f);
+    const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? 0x7fc0u : r);
 }
 
-/* binary16 -> binary32 (exact). */
+/* binary16 -> binary32 (exact). Written with selects, not branches, so that loops over it
+ * vectorise. */
 TWOHOP_HALF_FN float twohop_f16_to_f32(uint16_t h) {
     const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    const uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
-    if (exp == 0x1fu) return twohop_bits_f32(sign | 0x7f800000u | (man << 13)); /* Inf, NaN */
-    if (exp != 0) return twohop_bits_f32(sign | ((exp + 112u) << 23) | (man << 13));
-    /* zero or subnormal: man * 2^-24, exact in binary32 */
-    return twohop_bits_f32(sign | twohop_f32_bits((float)man * 5.9604644775390625e-08f));
+    const uint32_t em = h & 0x7fffu;                   /* exponent and fraction */
+    uint32_t u = (em << 13) + 0x38000000u;             /* normal: rebias by 127 - 15 */
+    u = em >= 0x7c00u ? u + 0x38000000u : u;           /* Inf, NaN: exponent 255 */
+    /* zero or subnormal: em * 2^-24, exact in binary32 */
+    const uint32_t sub = twohop_f32_bits((float)(int32_t)em * 5.9604644775390625e-08f);
+    u = em < 0x0400u ? sub : u;
+    return twohop_bits_f32(u | sign);
 }
 
-/* binary32 -> binary16, round to nearest even; NaN -> the canonical quiet NaN 0x7e00. */
+/* binary32 -> binary16, round to nearest even; NaN -> the canonical quiet NaN 0x7e00. With
+ * selects, not branches (loops over it vectorise). */
 TWOHOP_HALF_FN uint16_t twohop_f32_to_f16(float f) {
     uint32_t u = twohop_f32_bits(f);
     const uint32_t sign = u & 0x80000000u;
     u ^= sign;
-    uint32_t o;
-    if (u > 0x7f800000u) return 0x7e00u;    /* NaN */
-    if (u >= 0x47800000u) {                 /* >= 2^16 or Inf */
-        o = 0x7c00u;
-    } else if (u < 0x38800000u) {           /* below 2^-14: subnormal or zero */
-        /* u + 0.5 (2^-1): the binary32 addition rounds the value to a multiple of 2^-24, which
-         * lands in the low bits of the sum's fraction */
-        const float magic = 0.5f;
-        o = twohop_f32_bits(twohop_bits_f32(u) + magic) - twohop_f32_bits(magic);
-    } else {
-        const uint32_t odd = (u >> 13) & 1u;
-        u += 0xc8000fffu + odd;             /* rebias the exponent (-112 << 23), round */
-        o = u >> 13;
-    }
-    return (uint16_t)(o | (sign >> 16));
+    /* normal binary16 (2^-14 <= |f| < 65520): rebias the exponent (-112 << 23), round */
+    const uint32_t normal = (u + 0xc8000fffu + ((u >> 13) & 1u)) >> 13;
+    /* below 2^-14, subnormal or zero: |f| + 0.5 (2^-1) in binary32 rounds |f| to a multiple of
+     * 2^-24, which lands in the low bits of the sum's fraction */
+    const float magic = 0.5f;
+    const uint32_t sub = twohop_f32_bits(twohop_bits_f32(u) + magic) - twohop_f32_bits(magic);
+    uint32_t o = u < 0x38800000u ? sub : normal;
+    o = u >= 0x47800000u ? 0x7c00u : o;                /* >= 2^16 or Inf (65520.. rounds up) */
+    o |= sign >> 16;
+    return (uint16_t)(u > 0x7f800000u ? 0x7e00u : o);  /* NaN */
 }
 
 /* One combination (see above); op: 0 sum, 1 prod, 2 max, 3 min. */
