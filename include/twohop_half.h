@@ -17,6 +17,9 @@
  * bits for the same combination order. Counts are in elements (2 bytes each); buffers may be
  * host or (with a CUDA-aware path) device memory.
  *
+ * The ops also reduce contiguous datatypes built from these types (e.g. MPI_Type_contiguous(4,
+ * bf16)), through their host functions; datatypes with gaps are not supported.
+ *
  * Handles are created on first use and live until MPI_Finalize (do not free them). The first
  * call of each function must not race with another thread's first call. Errors: MPI_OP_NULL /
  * MPI_DATATYPE_NULL for an unknown op or type, or when MPI refused to create the handle.
@@ -58,13 +61,16 @@ static inline void twohop__register_half(MPI_Datatype type, MPI_Op op, int kind,
     }
 }
 
-/* inout[i] = in[i] op inout[i] (MPI_User_function order). */
+/* inout[i] = in[i] op inout[i] (MPI_User_function order), over *len items of *dt: one of
+ * the types below or a contiguous type made of them (its size in 2-byte elements). */
 #define TWOHOP__HALF_FN(NAME, COMBINE, OP)                                                     \
     static void NAME(void *in, void *inout, int *len, MPI_Datatype *dt) {                      \
         const uint16_t *a = (const uint16_t *)in;                                             \
         uint16_t *b = (uint16_t *)inout;                                                       \
-        (void)dt;                                                                              \
-        for (int i = 0; i < *len; ++i) b[i] = COMBINE(OP, a[i], b[i]);                         \
+        int item = 2;                                                                          \
+        if (dt != NULL && MPI_Type_size(*dt, &item) != MPI_SUCCESS) item = 2;                  \
+        const long n = (long)*len * (item / 2);                                                \
+        for (long i = 0; i < n; ++i) b[i] = COMBINE(OP, a[i], b[i]);                           \
     }
 TWOHOP__HALF_FN(twohop__bf16_sum, twohop_bf16_combine, TWOHOP_HALF_SUM)
 TWOHOP__HALF_FN(twohop__bf16_prod, twohop_bf16_combine, TWOHOP_HALF_PROD)

@@ -18,6 +18,8 @@
  *             type, op and count
  *   host op   the ops' host function (MPI_Reduce_local) computes twohop_half_math.h's
  *             combination
+ *   derived   contiguous(4, bfloat16) items with the SUM op (the op's host function with that
+ *             type, through twohop's user-op path or another module): exact sums
  * --expect twohop: coll_twohop_allreduce_calls and coll_twohop_half_calls count every allreduce
  * of the cases and coll_twohop_fallback_calls none (twohop's kernels served them, not the ops'
  * host functions through twohop's user-op path); none: no twohop counter moves
@@ -202,6 +204,32 @@ static void case_bits(void) {
     }
 }
 
+/* A contiguous type of 4 bfloat16 with the SUM op: twohop's user-op path (or another module)
+ * calls the op's host function with that type; exact sums. */
+static void case_derived(void) {
+    MPI_Datatype bf = twohop_type_bfloat16(), quad;
+    MPI_Type_contiguous(4, bf, &quad);
+    MPI_Type_commit(&quad);
+    enum { ITEMS = 1001, N = 4 * ITEMS };
+    static uint16_t in[N], out[N];
+    for (int i = 0; i < N; ++i) in[i] = twohop_f32_to_bf16((float)(rank + 1 + i % 3));
+    if (MPI_Allreduce(in, out, ITEMS, quad, twohop_half_op(MPI_SUM, bf), MPI_COMM_WORLD) !=
+        MPI_SUCCESS) {
+        fail("derived: MPI error");
+    }
+    for (int i = 0; i < N; ++i) {
+        const float want = (float)(size * (size + 1) / 2 + size * (i % 3));
+        if (twohop_bf16_to_f32(out[i]) != want) {
+            char msg[120];
+            snprintf(msg, sizeof msg, "derived: contiguous(4, bf16) element %d = %g, expected %g",
+                     i, twohop_bf16_to_f32(out[i]), want);
+            fail(msg);
+            break;
+        }
+    }
+    MPI_Type_free(&quad);
+}
+
 static void case_host_op(void) {
     const MPI_Op bases[4] = {MPI_SUM, MPI_PROD, MPI_MAX, MPI_MIN};
     for (int kind = 1; kind <= 2; ++kind) {
@@ -326,6 +354,7 @@ int main(int argc, char **argv) {
     case_bits();
     case_host_op();
     const struct twohop_counts c1 = twohop_pvars_read(&pv);
+    case_derived(); /* after the count: served through the user-op path, not the half kernels */
     const unsigned long long served = c1.served - c0.served, fb = c1.fallback - c0.fallback;
     const unsigned long long half = c1.half - c0.half;
     const unsigned long long forms = nonblocking ? c1.nonblocking - c0.nonblocking : served;
