@@ -17,12 +17,16 @@
  * bits for the same combination order. Counts are in elements (2 bytes each); buffers may be
  * host or (with a CUDA-aware path) device memory.
  *
- * The ops also reduce contiguous datatypes built from these types (e.g. MPI_Type_contiguous(4,
- * bf16)), through their host functions; datatypes with gaps are not supported.
+ * The ops also reduce datatypes built from one of these types (contiguous, vectors with gaps,
+ * resized, negative strides) through their host functions; an op of one kind applied to the
+ * other kind's datatype aborts the job with MPI_ERR_OP instead of computing with the wrong
+ * arithmetic. Datatypes that mix in other types are not supported.
  *
- * Handles are created on first use and live until MPI_Finalize (do not free them). The first
- * call of each function must not race with another thread's first call. Errors: MPI_OP_NULL /
- * MPI_DATATYPE_NULL for an unknown op or type, or when MPI refused to create the handle.
+ * Handles are created on first use, once per program: every file that includes this header
+ * sees the same ones (weak definitions, merged by the linker), creation is serialised (threads
+ * may race for the first call). They live until MPI_Finalize (do not free them). Errors:
+ * MPI_OP_NULL / MPI_DATATYPE_NULL for an unknown op or type, or when MPI refused to create the
+ * handle.
  */
 #ifndef TWOHOP_HALF_H
 #define TWOHOP_HALF_H
@@ -30,6 +34,8 @@
 #include <dlfcn.h>
 #include <mpi.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "twohop_half_math.h"
 
@@ -61,40 +67,109 @@ static inline void twohop__register_half(MPI_Datatype type, MPI_Op op, int kind,
     }
 }
 
-/* inout[i] = in[i] op inout[i] (MPI_User_function order), over *len items of *dt: one of
- * the types below or a contiguous type made of them (its size in 2-byte elements). */
-#define TWOHOP__HALF_FN(NAME, COMBINE, OP)                                                     \
-    static void NAME(void *in, void *inout, int *len, MPI_Datatype *dt) {                      \
-        const uint16_t *a = (const uint16_t *)in;                                             \
-        uint16_t *b = (uint16_t *)inout;                                                       \
-        int item = 2;                                                                          \
-        if (dt != NULL && MPI_Type_size(*dt, &item) != MPI_SUCCESS) item = 2;                  \
-        const long n = (long)*len * (item / 2);                                                \
-        for (long i = 0; i < n; ++i) b[i] = COMBINE(OP, a[i], b[i]);                           \
+/*
+ * The program's handles: weak definitions, which the linker merges into one across every file
+ * of the program (or shared object) that includes this header. Creation runs under a spin lock.
+ */
+__attribute__((weak)) MPI_Datatype twohop_half_types_[3];
+__attribute__((weak)) int twohop_half_types_made_[3];
+__attribute__((weak)) MPI_Op twohop_half_ops_[3][4];
+__attribute__((weak)) int twohop_half_ops_made_[3][4];
+__attribute__((weak)) int twohop_half_lock_;
+
+static inline void twohop__half_lock(void) {
+    while (__atomic_exchange_n(&twohop_half_lock_, 1, __ATOMIC_ACQUIRE)) {
     }
-TWOHOP__HALF_FN(twohop__bf16_sum, twohop_bf16_combine, TWOHOP_HALF_SUM)
-TWOHOP__HALF_FN(twohop__bf16_prod, twohop_bf16_combine, TWOHOP_HALF_PROD)
-TWOHOP__HALF_FN(twohop__bf16_max, twohop_bf16_combine, TWOHOP_HALF_MAX)
-TWOHOP__HALF_FN(twohop__bf16_min, twohop_bf16_combine, TWOHOP_HALF_MIN)
-TWOHOP__HALF_FN(twohop__f16_sum, twohop_f16_combine, TWOHOP_HALF_SUM)
-TWOHOP__HALF_FN(twohop__f16_prod, twohop_f16_combine, TWOHOP_HALF_PROD)
-TWOHOP__HALF_FN(twohop__f16_max, twohop_f16_combine, TWOHOP_HALF_MAX)
-TWOHOP__HALF_FN(twohop__f16_min, twohop_f16_combine, TWOHOP_HALF_MIN)
+}
+static inline void twohop__half_unlock(void) {
+    __atomic_store_n(&twohop_half_lock_, 0, __ATOMIC_RELEASE);
+}
+
+/*
+ * The ops' host function: inout[i] = in[i] op inout[i] (MPI_User_function order) over *len items
+ * of *dt: one of the two types or a datatype built from it -- contiguous directly; with gaps, a
+ * lower bound or a negative stride through packed copies (MPI_Pack / MPI_Unpack). An op of one
+ * kind applied to the other kind's datatype aborts the job (MPI_ERR_OP).
+ */
+static inline void twohop__half_apply(int kind, int op, void *in, void *inout, int *len,
+                                      MPI_Datatype *dt) {
+    const MPI_Datatype t = dt != NULL ? *dt : MPI_DATATYPE_NULL;
+    const int other = kind == TWOHOP_HALF_BF16 ? TWOHOP_HALF_F16 : TWOHOP_HALF_BF16;
+    if (t != MPI_DATATYPE_NULL &&
+        __atomic_load_n(&twohop_half_types_made_[other], __ATOMIC_ACQUIRE) &&
+        t == twohop_half_types_[other]) {
+        fprintf(stderr, "twohop_half.h: a %s op was applied to the %s datatype\n",
+                kind == TWOHOP_HALF_BF16 ? "bfloat16" : "float16",
+                kind == TWOHOP_HALF_BF16 ? "float16" : "bfloat16");
+        MPI_Abort(MPI_COMM_WORLD, MPI_ERR_OP);
+    }
+    int size = 2;
+    MPI_Aint lb = 0, extent = 2, tlb = 0, text = 2;
+    if (t != MPI_DATATYPE_NULL) {
+        MPI_Type_size(t, &size);
+        MPI_Type_get_extent(t, &lb, &extent);
+        MPI_Type_get_true_extent(t, &tlb, &text);
+    }
+    const long n = (long)*len * (size / 2);
+    uint16_t (*combine)(int, uint16_t, uint16_t) =
+        kind == TWOHOP_HALF_BF16 ? twohop_bf16_combine : twohop_f16_combine;
+    if (lb == 0 && tlb == 0 && extent == size && text == size) { /* contiguous */
+        const uint16_t *a = (const uint16_t *)in;
+        uint16_t *b = (uint16_t *)inout;
+        for (long i = 0; i < n; ++i) b[i] = combine(op, a[i], b[i]);
+        return;
+    }
+    int bytes = 0, pos = 0;
+    MPI_Pack_size(*len, t, MPI_COMM_SELF, &bytes);
+    uint16_t *pa = (uint16_t *)malloc(bytes > 0 ? (size_t)bytes : 1);
+    uint16_t *pb = (uint16_t *)malloc(bytes > 0 ? (size_t)bytes : 1);
+    if (pa == NULL || pb == NULL) {
+        fprintf(stderr, "twohop_half.h: out of memory packing %d items\n", *len);
+        MPI_Abort(MPI_COMM_WORLD, MPI_ERR_NO_MEM);
+    }
+    MPI_Pack(in, *len, t, pa, bytes, &pos, MPI_COMM_SELF);
+    pos = 0;
+    MPI_Pack(inout, *len, t, pb, bytes, &pos, MPI_COMM_SELF);
+    for (long i = 0; i < n; ++i) pb[i] = combine(op, pa[i], pb[i]);
+    pos = 0;
+    MPI_Unpack(pb, bytes, &pos, inout, *len, t, MPI_COMM_SELF);
+    free(pa);
+    free(pb);
+}
+
+#define TWOHOP__HALF_FN(NAME, KIND, OP)                                                        \
+    static void NAME(void *in, void *inout, int *len, MPI_Datatype *dt) {                      \
+        twohop__half_apply(KIND, OP, in, inout, len, dt);                                      \
+    }
+TWOHOP__HALF_FN(twohop__bf16_sum, TWOHOP_HALF_BF16, TWOHOP_HALF_SUM)
+TWOHOP__HALF_FN(twohop__bf16_prod, TWOHOP_HALF_BF16, TWOHOP_HALF_PROD)
+TWOHOP__HALF_FN(twohop__bf16_max, TWOHOP_HALF_BF16, TWOHOP_HALF_MAX)
+TWOHOP__HALF_FN(twohop__bf16_min, TWOHOP_HALF_BF16, TWOHOP_HALF_MIN)
+TWOHOP__HALF_FN(twohop__f16_sum, TWOHOP_HALF_F16, TWOHOP_HALF_SUM)
+TWOHOP__HALF_FN(twohop__f16_prod, TWOHOP_HALF_F16, TWOHOP_HALF_PROD)
+TWOHOP__HALF_FN(twohop__f16_max, TWOHOP_HALF_F16, TWOHOP_HALF_MAX)
+TWOHOP__HALF_FN(twohop__f16_min, TWOHOP_HALF_F16, TWOHOP_HALF_MIN)
 #undef TWOHOP__HALF_FN
 
 static inline MPI_Datatype twohop__half_type(int kind) {
-    static MPI_Datatype types[3];
-    static int made[3];
-    if (!made[kind]) {
+    if (__atomic_load_n(&twohop_half_types_made_[kind], __ATOMIC_ACQUIRE)) {
+        return twohop_half_types_[kind];
+    }
+    twohop__half_lock();
+    if (!twohop_half_types_made_[kind]) {
         MPI_Datatype t;
-        if (MPI_Type_contiguous(2, MPI_BYTE, &t) != MPI_SUCCESS) return MPI_DATATYPE_NULL;
-        if (MPI_Type_commit(&t) != MPI_SUCCESS) return MPI_DATATYPE_NULL;
+        if (MPI_Type_contiguous(2, MPI_BYTE, &t) != MPI_SUCCESS ||
+            MPI_Type_commit(&t) != MPI_SUCCESS) {
+            twohop__half_unlock();
+            return MPI_DATATYPE_NULL;
+        }
         MPI_Type_set_name(t, kind == TWOHOP_HALF_BF16 ? "twohop_bfloat16" : "twohop_float16");
         twohop__register_half(t, MPI_OP_NULL, kind, -1);
-        types[kind] = t;
-        made[kind] = 1;
+        twohop_half_types_[kind] = t;
+        __atomic_store_n(&twohop_half_types_made_[kind], 1, __ATOMIC_RELEASE);
     }
-    return types[kind];
+    twohop__half_unlock();
+    return twohop_half_types_[kind];
 }
 
 /* The bfloat16 datatype (2 bytes, committed). */
@@ -107,8 +182,6 @@ static inline MPI_Datatype twohop_type_float16(void) { return twohop__half_type(
  * datatypes above). MPI_OP_NULL for any other op or type.
  */
 static inline MPI_Op twohop_half_op(MPI_Op base, MPI_Datatype type) {
-    static MPI_Op ops[3][4];
-    static int made[3][4];
     int kind = 0, h;
     if (type == twohop_type_bfloat16()) kind = TWOHOP_HALF_BF16;
     else if (type == twohop_type_float16()) kind = TWOHOP_HALF_F16;
@@ -118,18 +191,26 @@ static inline MPI_Op twohop_half_op(MPI_Op base, MPI_Datatype type) {
     else if (base == MPI_MAX) h = TWOHOP_HALF_MAX;
     else if (base == MPI_MIN) h = TWOHOP_HALF_MIN;
     else return MPI_OP_NULL;
-    if (!made[kind][h]) {
+    if (__atomic_load_n(&twohop_half_ops_made_[kind][h], __ATOMIC_ACQUIRE)) {
+        return twohop_half_ops_[kind][h];
+    }
+    twohop__half_lock();
+    if (!twohop_half_ops_made_[kind][h]) {
         static MPI_User_function *const fns[3][4] = {
             {0, 0, 0, 0},
             {twohop__bf16_sum, twohop__bf16_prod, twohop__bf16_max, twohop__bf16_min},
             {twohop__f16_sum, twohop__f16_prod, twohop__f16_max, twohop__f16_min}};
         MPI_Op op;
-        if (MPI_Op_create(fns[kind][h], 1, &op) != MPI_SUCCESS) return MPI_OP_NULL;
+        if (MPI_Op_create(fns[kind][h], 1, &op) != MPI_SUCCESS) {
+            twohop__half_unlock();
+            return MPI_OP_NULL;
+        }
         twohop__register_half(type, op, kind, h);
-        ops[kind][h] = op;
-        made[kind][h] = 1;
+        twohop_half_ops_[kind][h] = op;
+        __atomic_store_n(&twohop_half_ops_made_[kind][h], 1, __ATOMIC_RELEASE);
     }
-    return ops[kind][h];
+    twohop__half_unlock();
+    return twohop_half_ops_[kind][h];
 }
 
 #ifdef __cplusplus

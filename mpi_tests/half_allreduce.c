@@ -18,8 +18,10 @@
  *             type, op and count
  *   host op   the ops' host function (MPI_Reduce_local) computes twohop_half_math.h's
  *             combination
- *   derived   contiguous(4, bfloat16) items with the SUM op (the op's host function with that
- *             type, through twohop's user-op path or another module): exact sums
+ *   derived   bfloat16 inside derived datatypes with the SUM op -- contiguous(4), a vector with
+ *             gaps, a negative stride (the op's host function with that type, through twohop's
+ *             user-op path or another module): exact sums, gaps untouched
+ *   handles   a second file (half_other.c) gets the same datatype and op handles
  * --expect twohop: coll_twohop_allreduce_calls and coll_twohop_half_calls count every allreduce
  * of the cases and coll_twohop_fallback_calls none (twohop's kernels served them, not the ops'
  * host functions through twohop's user-op path); none: no twohop counter moves
@@ -204,30 +206,70 @@ static void case_bits(void) {
     }
 }
 
-/* A contiguous type of 4 bfloat16 with the SUM op: twohop's user-op path (or another module)
- * calls the op's host function with that type; exact sums. */
-static void case_derived(void) {
-    MPI_Datatype bf = twohop_type_bfloat16(), quad;
-    MPI_Type_contiguous(4, bf, &quad);
-    MPI_Type_commit(&quad);
-    enum { ITEMS = 1001, N = 4 * ITEMS };
-    static uint16_t in[N], out[N];
-    for (int i = 0; i < N; ++i) in[i] = twohop_f32_to_bf16((float)(rank + 1 + i % 3));
-    if (MPI_Allreduce(in, out, ITEMS, quad, twohop_half_op(MPI_SUM, bf), MPI_COMM_WORLD) !=
+/* bfloat16 inside derived datatypes with the SUM op: twohop's user-op path (or another
+ * module) calls the op's host function with that type; exact sums, gap bytes untouched. */
+static void derived_one(MPI_Datatype dt, int items, const char *name) {
+    MPI_Aint lb, extent, tlb, textent;
+    MPI_Type_get_extent(dt, &lb, &extent);
+    MPI_Type_get_true_extent(dt, &tlb, &textent);
+    const size_t span = (size_t)(textent + (MPI_Aint)(items - 1) * extent);
+    const MPI_Aint off = 64 - tlb; /* the buffer argument; the data lies at buffer + true lb */
+    char *mark = calloc(span + 128, 1), *pk;
+    int psz, pos = 0;
+    MPI_Pack_size(items, dt, MPI_COMM_SELF, &psz);
+    pk = malloc((size_t)psz);
+    memset(pk, 1, (size_t)psz);
+    MPI_Unpack(pk, psz, &pos, mark + off, items, dt, MPI_COMM_SELF); /* covered bytes = 1 */
+    uint16_t *in = malloc(span + 128), *out = malloc(span + 128);
+    for (size_t i = 0; i < (span + 128) / 2; ++i) {
+        in[i] = mark[2 * i] ? twohop_f32_to_bf16((float)(rank + 1)) : 0x7777;
+        out[i] = 0x7777;
+    }
+    if (MPI_Allreduce((char *)in + off, (char *)out + off, items, dt,
+                      twohop_half_op(MPI_SUM, twohop_type_bfloat16()), MPI_COMM_WORLD) !=
         MPI_SUCCESS) {
         fail("derived: MPI error");
     }
-    for (int i = 0; i < N; ++i) {
-        const float want = (float)(size * (size + 1) / 2 + size * (i % 3));
-        if (twohop_bf16_to_f32(out[i]) != want) {
-            char msg[120];
-            snprintf(msg, sizeof msg, "derived: contiguous(4, bf16) element %d = %g, expected %g",
-                     i, twohop_bf16_to_f32(out[i]), want);
-            fail(msg);
-            break;
-        }
+    const float want = (float)(size * (size + 1) / 2);
+    long wrong = 0, gaps = 0;
+    for (size_t i = 0; i < (span + 128) / 2; ++i) {
+        if (mark[2 * i]) wrong += twohop_bf16_to_f32(out[i]) != want;
+        else gaps += out[i] != 0x7777;
     }
-    MPI_Type_free(&quad);
+    if (wrong || gaps) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "derived: %s: %ld covered elements wrong, %ld gap elements "
+                 "overwritten", name, wrong, gaps);
+        fail(msg);
+    }
+    free(mark);
+    free(pk);
+    free(in);
+    free(out);
+}
+
+static void case_derived(void) {
+    MPI_Datatype bf = twohop_type_bfloat16(), t[3];
+    MPI_Type_contiguous(4, bf, &t[0]);
+    MPI_Type_vector(2, 1, 2, bf, &t[1]);
+    MPI_Type_create_hvector(2, 1, -2, bf, &t[2]);
+    const char *names[3] = {"contiguous(4, bf16)", "vector(2, 1, 2, bf16)",
+                            "hvector(2, 1, -2, bf16)"};
+    for (int k = 0; k < 3; ++k) {
+        MPI_Type_commit(&t[k]);
+        derived_one(t[k], 1001, names[k]);
+        MPI_Type_free(&t[k]);
+    }
+}
+
+MPI_Datatype half_other_bf16(void);
+MPI_Op half_other_bf16_sum(void);
+
+static void case_handles(void) {
+    if (half_other_bf16() != twohop_type_bfloat16() ||
+        half_other_bf16_sum() != twohop_half_op(MPI_SUM, twohop_type_bfloat16())) {
+        fail("handles: another file got other datatype or op handles");
+    }
 }
 
 static void case_host_op(void) {
@@ -355,6 +397,7 @@ int main(int argc, char **argv) {
     case_host_op();
     const struct twohop_counts c1 = twohop_pvars_read(&pv);
     case_derived(); /* after the count: served through the user-op path, not the half kernels */
+    case_handles();
     const unsigned long long served = c1.served - c0.served, fb = c1.fallback - c0.fallback;
     const unsigned long long half = c1.half - c0.half;
     const unsigned long long forms = nonblocking ? c1.nonblocking - c0.nonblocking : served;
