@@ -250,20 +250,6 @@ int gpu_hop3_post(twohop_comm *c, char *dst, const char *src, uint64_t len) {
     return TWOHOP_OK;
 }
 
-int gpu_hop1_wait(twohop_comm *c) {
-    GpuHop1 &h = c->gpu_hop1;
-    if (!h.pending) return TWOHOP_OK;
-    if (!h.fence.record(h.device)) {
-        return gpu_error(c, "recording a CUDA event failed on local rank", c->topo.local_rank);
-    }
-    int q = 0;
-    const int rc = c->poll_until([&h, &q] { return (q = h.fence.query()) != 0; });
-    if (rc != TWOHOP_OK) return rc;
-    if (q < 0) return gpu_error(c, "twohop's GPU work failed on local rank", c->topo.local_rank);
-    h.pending = h.fenced = false;
-    return TWOHOP_OK;
-}
-
 int gpu_hop1_test(twohop_comm *c) {
     GpuHop1 &h = c->gpu_hop1;
     if (!h.pending) return TWOHOP_OK;
@@ -294,12 +280,12 @@ extern "C" const unsigned long long *twohop_gpu_calls_counter(void) {
 namespace {
 
 /*
- * Round 2 of the decision, first half: with every local rank's descriptor published
- * (desc_seq = s), copies them into peer[], checks that this rank's GPU reaches every peer's and
- * publishes the vote. *one_device: every buffer is on `device`.
+ * Round 2 of the decision: with every local rank's descriptor published (desc_seq = s), copies
+ * them into peer[], checks that this rank's GPU reaches every peer's, publishes the vote and
+ * waits for every vote. *all: every rank can; *one_device: every buffer is on `device`.
  */
-int vote_publish(twohop_comm *c, const GpuDesc &d, int device, uint64_t s, GpuDesc *peer,
-                 bool *one_device) {
+int vote_round(twohop_comm *c, const GpuDesc &d, int device, uint64_t s, GpuDesc *peer,
+               bool *one_device, bool *all) {
     const int L = c->topo.local_size();
     bool ok = d.can != 0;
     *one_device = true;
@@ -344,30 +330,13 @@ int vote_publish(twohop_comm *c, const GpuDesc &d, int device, uint64_t s, GpuDe
     }
     RankFlags &mine = c->shm.flags(c->topo.local_rank);
     mine.vote.store((s << 1) | (ok ? 1 : 0), std::memory_order_release);
-    return TWOHOP_OK;
-}
-
-/* Second half, without waiting: TWOHOP_PENDING until every local rank voted on call s, then
- * TWOHOP_OK with *all = every vote is yes. */
-int votes_in(twohop_comm *c, uint64_t s, bool *all) {
     *all = true;
-    for (int l = 0; l < c->topo.local_size(); ++l) {
-        const uint64_t v = c->shm.flags(l).vote.load(std::memory_order_acquire);
-        if (v < (s << 1)) return TWOHOP_PENDING;
-        *all = *all && (v & 1);
+    for (int l = 0; l < L; ++l) {
+        const int rc = c->wait_for(c->shm.flags(l).vote, s << 1);
+        if (rc != TWOHOP_OK) return rc;
+        *all = *all && (c->shm.flags(l).vote.load(std::memory_order_acquire) & 1);
     }
     return TWOHOP_OK;
-}
-
-/* Both halves: publishes the vote and waits for every vote. *all: every rank can. */
-int vote_round(twohop_comm *c, const GpuDesc &d, int device, uint64_t s, GpuDesc *peer,
-               bool *one_device, bool *all) {
-    int rc = vote_publish(c, d, device, s, peer, one_device);
-    if (rc != TWOHOP_OK) return rc;
-    for (int l = 0; l < c->topo.local_size(); ++l) {
-        if ((rc = c->wait_for(c->shm.flags(l).vote, s << 1)) != TWOHOP_OK) return rc;
-    }
-    return votes_in(c, s, all);
 }
 
 /* Round 1: this rank's descriptor of call s into its shared-memory block, then desc_seq = s. */

@@ -104,11 +104,9 @@ int gpu_hop1_post(twohop_comm *c, uint64_t off, uint64_t items, char *result,
  * address `dst` (the receive buffer). Returns at once. */
 int gpu_hop3_post(twohop_comm *c, char *dst, const char *src, uint64_t len);
 
-/* Waits (polling c, so in-flight hop-2 transfers progress) until everything enqueued by
- * gpu_hop1_post / gpu_hop3_post has completed. Returns a twohop_status. */
-int gpu_hop1_wait(twohop_comm *c);
-/* The same without waiting: TWOHOP_PENDING while that work runs (the first test marks its end
- * with the fence), TWOHOP_OK once it completed, or an error. Jobs use it (schedule/), so that
+/* Whether everything enqueued by gpu_hop1_post / gpu_hop3_post has completed, without waiting:
+ * TWOHOP_PENDING while that work runs (the first test marks its end with the fence), TWOHOP_OK
+ * once it completed, or an error. Jobs use it (schedule/), so that
  * whoever drives them -- the calling thread, MPI progress or the proxy thread -- polls. */
 int gpu_hop1_test(twohop_comm *c);
 

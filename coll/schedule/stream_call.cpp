@@ -43,10 +43,6 @@ void stream_done(void *, int, const char *) {}
 
 } // namespace
 
-const unsigned long long *enqueued_multinode_counter() {
-    return reinterpret_cast<const unsigned long long *>(&g_multinode_calls);
-}
-
 StreamSlots::~StreamSlots() {
     for (StreamSlot *s : slots_) {
         if (s->idle()) free_slot(s); // else the GPU may still copy from it: left allocated
@@ -126,7 +122,7 @@ StreamSlot *StreamSlots::acquire(int device, uint64_t bytes, double timeout_s, b
 using twohop::StreamSlot;
 
 extern "C" const unsigned long long *twohop_enqueued_multinode_counter(void) {
-    return twohop::enqueued_multinode_counter();
+    return reinterpret_cast<const unsigned long long *>(&twohop::g_multinode_calls);
 }
 
 int twohop_stream_enqueue_multinode(twohop_comm *c, const twohop_userbuf &in,

@@ -60,10 +60,6 @@ class StreamSlots {
     std::vector<StreamSlot *> slots_;
 };
 
-/* Counts stream-ordered calls on several nodes that stayed on the stream
- * (MPI_T coll_twohop_enqueued_multinode_calls). */
-const unsigned long long *enqueued_multinode_counter();
-
 } // namespace twohop
 
 /*
