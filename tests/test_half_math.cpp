@@ -9,29 +9,37 @@
 #include <cstring>
 #include <vector>
 
+#include "half_kernels.h"
 #include "reduce_kernels.h"
 #include "reduce_types.h"
 #include "twohop_half_math.h"
 
 namespace {
 
-uint32_t bits(float f) { return twohop_f32_bits(f); }
+uint32_t bits(float f) {
+    return twohop_f32_bits(f);
+}
 
 // The nearest bfloat16 of f (ties to even), chosen in double from the two candidates around it.
 uint16_t bf16_reference(float f) {
     const uint32_t u = bits(f);
-    if (std::isnan(f)) return 0x7fc0; // the canonical quiet NaN
+    if (std::isnan(f))
+        return 0x7fc0; // the canonical quiet NaN
     const uint16_t lo = static_cast<uint16_t>(u >> 16);
-    if ((u & 0xffffu) == 0) return lo;
+    if ((u & 0xffffu) == 0)
+        return lo;
     const uint16_t hi = static_cast<uint16_t>(lo + 1); // next magnitude (may become Inf)
     const double x = std::fabs(static_cast<double>(f));
     const double dlo = x - std::fabs(static_cast<double>(twohop_bf16_to_f32(lo)));
     // Above the largest finite value the next step is 2^128 (IEEE rounds to Inf from there).
-    const double vhi = (hi & 0x7fffu) == 0x7f80u ? std::ldexp(1.0, 128)
-                                                 : std::fabs(static_cast<double>(twohop_bf16_to_f32(hi)));
+    const double vhi = (hi & 0x7fffu) == 0x7f80u
+                           ? std::ldexp(1.0, 128)
+                           : std::fabs(static_cast<double>(twohop_bf16_to_f32(hi)));
     const double dhi = vhi - x;
-    if (dlo < dhi) return lo;
-    if (dhi < dlo) return hi;
+    if (dlo < dhi)
+        return lo;
+    if (dhi < dlo)
+        return hi;
     return (lo & 1u) ? hi : lo;
 }
 
@@ -100,22 +108,22 @@ TEST(HalfMath, Bf16RoundingIsNearestEven) {
 TEST(HalfMath, SpecialValues) {
     const uint16_t pinf = 0x7c00, ninf = 0xfc00, nzero = 0x8000, one = 0x3c00, sub = 0x0001;
     EXPECT_EQ(twohop_f16_combine(0, pinf, one), pinf);
-    EXPECT_EQ(twohop_f16_combine(0, pinf, ninf), 0x7e00);             // Inf - Inf
-    EXPECT_EQ(twohop_f16_combine(0, 0xfe01, 0x7d55), 0x7e00);         // NaN payloads: canonical
-    EXPECT_EQ(twohop_f16_combine(0, 0x7d55, 0xfe01), 0x7e00);         // in either order
+    EXPECT_EQ(twohop_f16_combine(0, pinf, ninf), 0x7e00);     // Inf - Inf
+    EXPECT_EQ(twohop_f16_combine(0, 0xfe01, 0x7d55), 0x7e00); // NaN payloads: canonical
+    EXPECT_EQ(twohop_f16_combine(0, 0x7d55, 0xfe01), 0x7e00); // in either order
     EXPECT_EQ(twohop_bf16_combine(1, 0xffc1, 0x7fa5), 0x7fc0);
-    EXPECT_EQ(twohop_f16_combine(0, nzero, nzero), nzero);            // -0 + -0 = -0
-    EXPECT_EQ(twohop_f16_combine(0, nzero, 0), 0);                    // -0 + +0 = +0
-    EXPECT_EQ(twohop_f16_combine(0, sub, sub), 0x0002);               // subnormals kept
-    EXPECT_EQ(twohop_f16_combine(1, 0x0200, 0x3800), 0x0100);         // 2^-15 * 0.5
-    EXPECT_EQ(twohop_f16_combine(0, 0x7bff, 0x7bff), pinf);           // 65504 + 65504
-    EXPECT_EQ(twohop_f16_combine(2, nzero, 0), nzero);                // MAX(-0, +0) keeps a
-    EXPECT_EQ(twohop_f16_combine(3, 0x7e00, one), 0x7e00);            // MIN(NaN, 1) keeps a
-    EXPECT_EQ(twohop_f16_combine(3, one, 0x7e00), one);               // MIN(1, NaN) keeps a
-    EXPECT_EQ(twohop_bf16_combine(0, 0x3f80, 0x3f80), 0x4000);        // 1 + 1
-    EXPECT_EQ(twohop_bf16_combine(0, 0x7f80, 0xff80), 0x7fc0);        // Inf - Inf
-    EXPECT_EQ(twohop_bf16_combine(0, 0x0001, 0x0001), 0x0002);        // subnormals kept
-    EXPECT_EQ(twohop_bf16_combine(2, 0xbf80, 0x3f80), 0x3f80);        // MAX(-1, 1)
+    EXPECT_EQ(twohop_f16_combine(0, nzero, nzero), nzero);     // -0 + -0 = -0
+    EXPECT_EQ(twohop_f16_combine(0, nzero, 0), 0);             // -0 + +0 = +0
+    EXPECT_EQ(twohop_f16_combine(0, sub, sub), 0x0002);        // subnormals kept
+    EXPECT_EQ(twohop_f16_combine(1, 0x0200, 0x3800), 0x0100);  // 2^-15 * 0.5
+    EXPECT_EQ(twohop_f16_combine(0, 0x7bff, 0x7bff), pinf);    // 65504 + 65504
+    EXPECT_EQ(twohop_f16_combine(2, nzero, 0), nzero);         // MAX(-0, +0) keeps a
+    EXPECT_EQ(twohop_f16_combine(3, 0x7e00, one), 0x7e00);     // MIN(NaN, 1) keeps a
+    EXPECT_EQ(twohop_f16_combine(3, one, 0x7e00), one);        // MIN(1, NaN) keeps a
+    EXPECT_EQ(twohop_bf16_combine(0, 0x3f80, 0x3f80), 0x4000); // 1 + 1
+    EXPECT_EQ(twohop_bf16_combine(0, 0x7f80, 0xff80), 0x7fc0); // Inf - Inf
+    EXPECT_EQ(twohop_bf16_combine(0, 0x0001, 0x0001), 0x0002); // subnormals kept
+    EXPECT_EQ(twohop_bf16_combine(2, 0xbf80, 0x3f80), 0x3f80); // MAX(-1, 1)
     // Small integers are exact in both formats: sums of up to 256 ones.
     uint16_t acc16 = 0, accb = 0;
     for (int i = 0; i < 256; ++i) {
@@ -140,13 +148,27 @@ TEST(HalfMath, HostKernelsComputeTheSameBits) {
     for (twohop_dtype t : types) {
         EXPECT_EQ(twohop_dtype_size(t), 2u);
         for (int o = 0; o < 4; ++o) {
-            auto k = twohop::find_kernel(t, ops[o]);
-            ASSERT_NE(k, nullptr);
-            k(a.data(), b.data(), out.data(), n);
-            for (int i = 0; i < n; ++i) {
-                const uint16_t want = t == TWOHOP_BF16 ? twohop_bf16_combine(o, a[i], b[i])
-                                                       : twohop_f16_combine(o, a[i], b[i]);
-                ASSERT_EQ(out[i], want) << twohop_dtype_name(t) << " op " << o << " i " << i;
+            /* the kernel in use, and each variant where this CPU runs it (half_kernels.h) */
+            const twohop::KernelFn variants[3] = {twohop::find_kernel(t, ops[o]),
+                                                  twohop::half_kernel_portable(t, ops[o]),
+                                                  twohop::half_kernel_avx2(t, ops[o])};
+            ASSERT_NE(variants[0], nullptr);
+            ASSERT_NE(variants[1], nullptr);
+            for (twohop::KernelFn k : variants) {
+                if (!k)
+                    continue;
+                k(a.data(), b.data(), out.data(), n);
+                for (int i = 0; i < n; ++i) {
+                    const uint16_t want = t == TWOHOP_BF16 ? twohop_bf16_combine(o, a[i], b[i])
+                                                           : twohop_f16_combine(o, a[i], b[i]);
+                    ASSERT_EQ(out[i], want) << twohop_dtype_name(t) << " op " << o << " i " << i;
+                }
+                /* in place: the output aliases either input (blocks are read before written) */
+                std::vector<uint16_t> in_a = a, in_b = b;
+                k(in_a.data(), b.data(), in_a.data(), n);
+                k(a.data(), in_b.data(), in_b.data(), n);
+                EXPECT_EQ(in_a, out);
+                EXPECT_EQ(in_b, out);
             }
         }
         EXPECT_EQ(twohop::find_kernel(t, TWOHOP_OP_BAND), nullptr);

@@ -225,8 +225,10 @@ TEST(PostedJob, TransportFailureEndsTheJob) {
 TEST(PostedJob, NoDescriptorWithinTheTimeoutIsATimeout) {
     DoorbellRing ring{};
     FakeBackend be(2);
-    twohop::PostedJob job(&ring, &be, 0, 2, 0.05, -99);
+    /* t0 before the job: its clock starts in its constructor, so a t0 taken after could see
+     * the timeout fire a few nanoseconds short of 50 ms. */
     const auto t0 = std::chrono::steady_clock::now();
+    twohop::PostedJob job(&ring, &be, 0, 2, 0.05, -99);
     int st;
     while ((st = job.step(kPending)) == kPending) {
     }

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "half_kernels.h"
 #include "reduce_ops.h"
 
 namespace twohop {
@@ -100,8 +101,12 @@ KernelFn find_kernel(twohop_dtype t, twohop_op op) {
     case TWOHOP_2INT: return pair<int>(op);
     case TWOHOP_SHORT_INT: return pair<short>(op);
     case TWOHOP_LONG_DOUBLE_INT: return pair<long double>(op);
-    case TWOHOP_BF16: return arithmetic<Bf16>(op);
-    case TWOHOP_F16: return arithmetic<Fp16>(op);
+    case TWOHOP_BF16:
+    case TWOHOP_F16: {
+        /* the CPU's vector extensions where present (same bits: half_kernels.h) */
+        KernelFn k = half_kernel_avx2(t, op);
+        return k ? k : half_kernel_portable(t, op);
+    }
     default: return nullptr;
     }
 }
