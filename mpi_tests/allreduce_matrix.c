@@ -575,7 +575,7 @@ static void run_case(struct ctx *cx, int si, int t, int op, long long count, int
         const bool poison_init = cx->opt.poison && count > 0;
         if (poison_init) poison_buffers(cx, true);
         int rc = MATRIX_ALLREDUCE_INIT(inplace ? MPI_IN_PLACE : sendb + GUARD, recvb + GUARD,
-                                       (int)count, ty->dt, mt_op_handle(op), s->comm,
+                                       (int)count, ty->dt, mt_op_for_type(t, op), s->comm,
                                        MPI_INFO_NULL, &preq);
         if (poison_init) poison_buffers(cx, false);
         if (rc != MPI_SUCCESS) {
@@ -600,7 +600,7 @@ static void run_case(struct ctx *cx, int si, int t, int op, long long count, int
         const bool poisoned = cx->opt.poison && count > 0;
         if (poisoned) poison_buffers(cx, true);
         int rc = call_form(form, call, &preq, inplace ? MPI_IN_PLACE : sendb + GUARD,
-                           recvb + GUARD, (int)count, ty->dt, mt_op_handle(op), s->comm);
+                           recvb + GUARD, (int)count, ty->dt, mt_op_for_type(t, op), s->comm);
         if (poisoned) poison_buffers(cx, false);
         if (call == 0) {
             inject_fault(cx, ty, sendb, recvb, bytes, count, inplace);

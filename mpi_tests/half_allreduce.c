@@ -1,7 +1,8 @@
 /*
  * half_allreduce: bfloat16 and binary16 allreduce through include/twohop_half.h.
  *
- * usage: half_allreduce [--expect twohop|none] [--device] [--nonblocking]
+ * usage: half_allreduce [--expect twohop|none] [--device] [--nonblocking | --persistent |
+ *                       --enqueue]
  *        half_allreduce bench [--device] [--max-elems N]
  *          time per MPI_Allreduce (SUM, slowest rank, best of 5 runs) of n elements as float,
  *          bfloat16 and float16, n = 64 Ki .. N (default 64 Mi) elements x4, and the ratios
@@ -27,7 +28,13 @@
  * host functions through twohop's user-op path); none: no twohop counter moves
  * (another module ran the ops' host functions: the same bits). --device: buffers in CUDA device
  * memory (built with the CUDA runtime only). --nonblocking: every allreduce of the cases as
- * MPI_Iallreduce + MPI_Wait (coll_twohop_nonblocking_calls counts them). Exit 0 when every check passes on every rank.
+ * MPI_Iallreduce + MPI_Wait (coll_twohop_nonblocking_calls counts them). --persistent: every
+ * allreduce as a persistent allreduce (MPI_Allreduce_init, or MPIX_Allreduce_init of Open MPI
+ * 4.1) started twice, once in place (coll_twohop_persistent_starts counts the starts). Exit 0
+ * when every check passes on every rank. --enqueue (with --device): every allreduce through
+ * twohop_allreduce_enqueue (include/twohop.h) on a stream, then cudaStreamSynchronize; it must
+ * stay on the stream (coll_twohop_enqueued_calls on one node, _enqueued_multinode_calls on
+ * several).
  */
 #define _GNU_SOURCE
 #include <math.h>
@@ -40,19 +47,57 @@
 
 #ifdef TWOHOP_HALF_CUDA
 #include <cuda_runtime.h>
+
+#include "twohop.h"
 #endif
 
 #include "twohop_half.h"
 #include "twohop_pvars.h"
 
-static int rank, size, failures, calls;
-static bool device, nonblocking;
+/* The persistent allreduce of this MPI (MPI 4, or Open MPI 4.1's pcollreq extension). */
+#if MPI_VERSION >= 4
+#define HALF_ALLREDUCE_INIT MPI_Allreduce_init
+#elif defined(OPEN_MPI)
+#include <mpi-ext.h>
+#if defined(OMPI_HAVE_MPI_EXT_PCOLLREQ) && OMPI_HAVE_MPI_EXT_PCOLLREQ
+#define HALF_ALLREDUCE_INIT MPIX_Allreduce_init
+#endif
+#endif
 
-/* MPI_Allreduce, or MPI_Iallreduce + MPI_Wait with --nonblocking. */
+static int rank, size, failures, calls;
+static bool device, nonblocking, persistent, enqueue;
+
+/* MPI_Allreduce; MPI_Iallreduce + MPI_Wait with --nonblocking; with --persistent, a persistent
+ * allreduce initialised, started twice (the same data: the same result; once in place) and
+ * freed. */
 static int reduce_call(const void *in, void *out, int n, MPI_Datatype t, MPI_Op op) {
-    if (!nonblocking) return MPI_Allreduce(in, out, n, t, op, MPI_COMM_WORLD);
     MPI_Request r;
-    int rc = MPI_Iallreduce(in, out, n, t, op, MPI_COMM_WORLD, &r);
+    int rc;
+#ifdef HALF_ALLREDUCE_INIT
+    if (persistent) {
+        rc = HALF_ALLREDUCE_INIT(in, out, n, t, op, MPI_COMM_WORLD, MPI_INFO_NULL, &r);
+        const int starts = in == MPI_IN_PLACE ? 1 : 2; /* in place: the input is gone */
+        for (int k = 0; k < starts && rc == MPI_SUCCESS; k++) {
+            rc = MPI_Start(&r);
+            if (rc == MPI_SUCCESS) rc = MPI_Wait(&r, MPI_STATUS_IGNORE);
+        }
+        if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
+        return rc;
+    }
+#endif
+#ifdef TWOHOP_HALF_CUDA
+    if (enqueue) { /* stream-ordered (include/twohop.h), then the host waits for the stream */
+        static cudaStream_t stream;
+        if (!stream && cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) {
+            return MPI_ERR_OTHER;
+        }
+        rc = twohop_allreduce_enqueue(in, out, n, t, op, MPI_COMM_WORLD, stream);
+        if (cudaStreamSynchronize(stream) != cudaSuccess && rc == MPI_SUCCESS) rc = MPI_ERR_OTHER;
+        return rc;
+    }
+#endif
+    if (!nonblocking) return MPI_Allreduce(in, out, n, t, op, MPI_COMM_WORLD);
+    rc = MPI_Iallreduce(in, out, n, t, op, MPI_COMM_WORLD, &r);
     if (rc == MPI_SUCCESS) rc = MPI_Wait(&r, MPI_STATUS_IGNORE);
     return rc;
 }
@@ -371,11 +416,20 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--expect") && i + 1 < argc) expect = argv[++i];
         else if (!strcmp(argv[i], "--device")) device = true;
         else if (!strcmp(argv[i], "--nonblocking")) nonblocking = true;
+        else if (!strcmp(argv[i], "--enqueue")) enqueue = device = true;
+        else if (!strcmp(argv[i], "--persistent")) {
+#ifdef HALF_ALLREDUCE_INIT
+            persistent = true;
+#else
+            fprintf(stderr, "half_allreduce: this MPI has no persistent allreduce\n");
+            return 2;
+#endif
+        }
         else if (!strcmp(argv[i], "--max-elems") && i + 1 < argc) max_elems = atol(argv[++i]);
     }
 #ifndef TWOHOP_HALF_CUDA
-    if (device) {
-        fprintf(stderr, "half_allreduce: built without the CUDA runtime (--device)\n");
+    if (device || enqueue) {
+        fprintf(stderr, "half_allreduce: built without the CUDA runtime (--device, --enqueue)\n");
         return 2;
     }
 #endif
@@ -400,7 +454,11 @@ int main(int argc, char **argv) {
     case_handles();
     const unsigned long long served = c1.served - c0.served, fb = c1.fallback - c0.fallback;
     const unsigned long long half = c1.half - c0.half;
-    const unsigned long long forms = nonblocking ? c1.nonblocking - c0.nonblocking : served;
+    const unsigned long long forms = nonblocking  ? c1.nonblocking - c0.nonblocking
+                                     : persistent ? c1.persistent - c0.persistent
+                                     : enqueue    ? (c1.enqueued - c0.enqueued) +
+                                                     (c1.enq_multinode - c0.enq_multinode)
+                                                  : served;
     if (!strcmp(expect, "twohop") &&
         (!pv.found || forms < (unsigned long long)calls || half < (unsigned long long)calls || fb)) {
         char msg[400];

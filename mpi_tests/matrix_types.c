@@ -5,7 +5,10 @@
  */
 #include "matrix_types.h"
 
+#include "twohop_half.h"
+
 #include <complex.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -101,6 +104,10 @@ struct mt_type mt_types[] = {
     P1("MPI_2INT", MPI_2INT, CT_2INT, PAIR_OPS),
     P1("MPI_SHORT_INT", MPI_SHORT_INT, CT_SHORT_INT, PAIR_OPS),
     P1("MPI_LONG_DOUBLE_INT", MPI_LONG_DOUBLE_INT, CT_LDOUBLE_INT, PAIR_OPS),
+    /* twohop's half-precision types (include/twohop_half.h), created in mt_types_init; their
+     * ops are twohop_half_op's (mt_op_for_type). */
+    {"twohop_bfloat16", MPI_DATATYPE_NULL, CT_BF16, 1, L_PACKED, FLT_OPS, false, 0},
+    {"twohop_float16", MPI_DATATYPE_NULL, CT_F16, 1, L_PACKED, FLT_OPS, false, 0},
     /*
      * Derived datatypes (built in mt_types_init from `derived_bases`, same order). MPI allows
      * predefined ops only on predefined datatypes (MPI-3.1 5.9.2; Open MPI answers MPI_ERR_OP),
@@ -136,6 +143,13 @@ const char *mt_op_name(int op) {
 MPI_Op mt_op_handle(int op) {
     return op_handles[op];
 }
+MPI_Op mt_op_for_type(int t, int op) {
+    const struct mt_type *ty = &mt_types[t];
+    if (ty->ct == CT_BF16 || ty->ct == CT_F16) {
+        return twohop_half_op(op_handles[op], ty->dt);
+    }
+    return op_handles[op];
+}
 bool mt_op_must_fallback(int op) {
     return op == O_USER_MAT;
 }
@@ -163,7 +177,9 @@ size_t mt_ctype_size(enum mt_ctype ct) {
                                          sizeof(struct two_int),
                                          sizeof(struct short_int),
                                          sizeof(struct ldouble_int),
-                                         sizeof(struct mat2)};
+                                         sizeof(struct mat2),
+                                         2,
+                                         2};
     return sizes[ct];
 }
 
@@ -243,6 +259,10 @@ int mt_types_init(void) {
     int bad = 0;
     for (int t = 0; t < mt_num_types; t++) {
         struct mt_type *ty = &mt_types[t];
+        if (ty->ct == CT_BF16)
+            ty->dt = twohop_type_bfloat16();
+        if (ty->ct == CT_F16)
+            ty->dt = twohop_type_float16();
         if (t >= first) {
             if (ty->layout == L_VECTOR) {
                 MPI_Type_vector(2, 1, 2, d[t - first].base, &ty->dt);
@@ -635,6 +655,74 @@ static size_t cmp_MAT2(const void *gv, const void *wv, size_t n, char *msg, size
     return (size_t)-1;
 }
 
+/*
+ * bfloat16 and binary16 (bit patterns; arithmetic of include/twohop_half_math.h, which twohop's
+ * kernels and the ops' host functions compute too). The inputs keep every partial result
+ * exact in the type whatever the order of combination: SUM adds integers in [-4, 4] times one
+ * power of two per index (partial sums stay below 2^8 for up to 32 ranks: exact in bfloat16's
+ * 8 significant bits), PROD multiplies +-1 with one factor of +-2 or +-0.5 per index and
+ * zeros, MIN and MAX pick among values with no -0. So the reference's rank order gives the
+ * result twohop must return, bit for bit.
+ */
+static uint16_t half_from_double(bool bf, double v) {
+    return bf ? twohop_f32_to_bf16((float)v) : twohop_f32_to_f16((float)v);
+}
+
+static double hpat(int op, int rank, int p, size_t i) {
+    uint64_t h = hbits(rank, i, (unsigned)op + 11);
+    switch (op) {
+    case O_SUM: {
+        static const double scale[4] = {0.25, 1, 4, 64};
+        return ((double)(((size_t)rank * 7 + i * 3) % 9) - 4) * scale[i % 4];
+    }
+    case O_PROD: {
+        if (i % 17 == 5 && rank == p - 1) {
+            return 0;
+        }
+        double v = (size_t)rank == i % (size_t)p ? ((i / (size_t)p) % 2 ? 2 : 0.5) : 1;
+        return (h & 1) ? -v : v;
+    }
+    default: /* MIN, MAX */
+        if (i % 4 == 0) {
+            return (double)(((size_t)rank * 5 + i * 3) % 9) - 4;
+        }
+        return (double)(int16_t)h * 0x1p-6;
+    }
+}
+
+#define DEF_HALF(CT, BF)                                                                           \
+    static void gen_##CT(int op, int rank, int p, size_t off, size_t n, void *out) {               \
+        uint16_t *o = out;                                                                         \
+        for (size_t k = 0; k < n; k++) {                                                           \
+            o[k] = half_from_double(BF, hpat(op, rank, p, off + k));                               \
+        }                                                                                          \
+    }                                                                                              \
+    static void comb_##CT(int op, void *accv, const void *inv, size_t n) {                         \
+        uint16_t *a = accv;                                                                        \
+        const uint16_t *b = inv;                                                                   \
+        const int hop = op == O_SUM ? 0 : op == O_PROD ? 1 : op == O_MAX ? 2 : 3;                  \
+        for (size_t k = 0; k < n; k++) {                                                           \
+            a[k] =                                                                                 \
+                BF ? twohop_bf16_combine(hop, a[k], b[k]) : twohop_f16_combine(hop, a[k], b[k]);   \
+        }                                                                                          \
+    }                                                                                              \
+    static size_t cmp_##CT(const void *gv, const void *wv, size_t n, char *msg, size_t len) {      \
+        const uint16_t *g = gv, *w = wv;                                                           \
+        for (size_t k = 0; k < n; k++) {                                                           \
+            const float gf = BF ? twohop_bf16_to_f32(g[k]) : twohop_f16_to_f32(g[k]);              \
+            const float wf = BF ? twohop_bf16_to_f32(w[k]) : twohop_f16_to_f32(w[k]);              \
+            if (!(gf == wf)) {                                                                     \
+                snprintf(msg, len, "got %g (0x%04x) want %g (0x%04x)", (double)gf, g[k],           \
+                         (double)wf, w[k]);                                                        \
+                return k;                                                                          \
+            }                                                                                      \
+        }                                                                                          \
+        return (size_t)-1;                                                                         \
+    }
+
+DEF_HALF(BF16, true)
+DEF_HALF(F16, false)
+
 /* ---------------------------------------------------------------- dispatch */
 
 typedef void (*gen_fn)(int, int, int, size_t, size_t, void *);
@@ -651,7 +739,7 @@ static const struct {
                      ROW(U32),       ROW(I64),         ROW(U64),        ROW(FLOAT),    ROW(DOUBLE),
                      ROW(LDOUBLE),   ROW(BOOL),        ROW(BYTE),       ROW(CFLOAT),   ROW(CDOUBLE),
                      ROW(CLDOUBLE),  ROW(FLOAT_INT),   ROW(DOUBLE_INT), ROW(LONG_INT), ROW(2INT),
-                     ROW(SHORT_INT), ROW(LDOUBLE_INT), ROW(MAT2)};
+                     ROW(SHORT_INT), ROW(LDOUBLE_INT), ROW(MAT2),       ROW(BF16),     ROW(F16)};
 
 void mt_gen(enum mt_ctype ct, int op, int rank, int p, size_t off, size_t n, void *out) {
     kernels[ct].gen(op, rank, p, off, n, out);

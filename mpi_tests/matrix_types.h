@@ -59,6 +59,8 @@ enum mt_ctype {
     CT_SHORT_INT,
     CT_LDOUBLE_INT,
     CT_MAT2, /* 2x2 matrix of uint32, for the non-commutative user op */
+    CT_BF16, /* bfloat16 bits (twohop_type_bfloat16(), include/twohop_half.h) */
+    CT_F16,  /* IEEE binary16 bits (twohop_type_float16()) */
     CT_NUM
 };
 
@@ -86,6 +88,10 @@ extern const int mt_num_types;
 /* Name ("MPI_SUM", "user_sum", ...) and MPI handle of an op (valid after mt_types_init). */
 const char *mt_op_name(int op);
 MPI_Op mt_op_handle(int op);
+
+/* The handle to call with on mt_types[t]: mt_op_handle(op), or for the half-precision types the
+ * matching op of include/twohop_half.h (predefined ops are not defined on them). */
+MPI_Op mt_op_for_type(int t, int op);
 
 /* Whether twohop must fall back for this op (non-commutative user op). */
 bool mt_op_must_fallback(int op);

@@ -19,8 +19,9 @@
 #          memory), the README example, the size table (call return time, enqueued and blocking
 #          time per call, 4 and 8 ranks, shared memory) and the overlap with a compute kernel.
 #   half: bfloat16/float16 (include/twohop_half.h): half_allreduce's checks on device buffers
-#          (one node: the GPU path; two virtual nodes: GPU hop 1) and host buffers, then the
-#          time against float for the same element count, device and host buffers, 8 ranks.
+#          (one node: the GPU path; two virtual nodes: GPU hop 1; non-blocking, persistent and
+#          stream-ordered forms) and host buffers, then the time against float for the same element count,
+#          device and host buffers, 8 ranks.
 #   forms: the non-blocking and persistent forms on device buffers (one GPU, two virtual nodes),
 #          single-rank communicators (MPI_COMM_SELF, singleton splits, mpirun -np 1) with
 #          device buffers; with OMB_DIR set (a directory holding OSU micro-benchmark binaries
@@ -187,12 +188,16 @@ if [[ $mode == vnshm ]]; then
     exit 0
 fi
 if [[ $mode == half ]]; then
-    for cfg in "4 - --device" "4 rr:2 --device" "8 - "; do
-        read -r np vn dev <<<"$cfg"
+    for cfg in "4 - --device -" "4 rr:2 --device -" "8 - - -" "4 - --device --nonblocking" \
+               "4 rr:2 --device --nonblocking" "4 rr:2 --device --persistent" \
+               "4 - --device --enqueue" "4 rr:2 --device --enqueue"; do
+        read -r np vn dev form <<<"$cfg"
         [[ $vn == - ]] && vn=""
+        [[ $dev == - ]] && dev=""
+        [[ $form == - ]] && form=""
         t0=$SECONDS
-        name="half_np${np}${vn:+_rr2}${dev:+_device}"
-        if CHECK_VERBOSE=1 run $np "$vn" 0 -- "$build/mpi_tests/half_allreduce" --expect twohop $dev \
+        name="half_np${np}${vn:+_rr2}${dev:+_device}${form:+_${form#--}}"
+        if CHECK_VERBOSE=1 run $np "$vn" 0 -- "$build/mpi_tests/half_allreduce" --expect twohop $dev $form \
             >"$out/$name.log" 2>&1; then
             summary+=("PASS $name ($((SECONDS - t0)) s): $(grep -m1 '^half_allreduce' "$out/$name.log")")
         else
