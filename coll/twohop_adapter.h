@@ -29,7 +29,8 @@ typedef struct twohop_module {
     ompi_communicator_t *comm;
     twohop_comm *core;
     int setup_state; /* 0 not yet, 1 ready, -1 failed: every call falls back, -2 broken:
-                        the ranks could not agree (every call is an error) */
+                        the ranks could not agree (every call is an error), 2 running in
+                        setup_fiber (started by a non-blocking or persistent call) */
     char setup_failure[256];
     const char *last_reason; /* last fallback reason printed (prints once per change) */
     int error_reported;      /* a failed call was reported at verbosity 0 */
@@ -39,6 +40,14 @@ typedef struct twohop_module {
     mca_coll_base_module_t *prev_iallreduce_module;
     mca_coll_base_module_allreduce_init_fn_t prev_allreduce_init;
     mca_coll_base_module_t *prev_allreduce_init_module;
+    /* Set-up started by a non-blocking or persistent call (twohop_requests.c): the fiber that
+     * runs it, the calls waiting for it in call order, and the list of such communicators
+     * the progress callback resumes. setup_lock guards all four. */
+    twohop_fiber *setup_fiber;
+    int deferred_state; /* the fiber's outcome (as setup_state), published after the flush */
+    struct twohop_request *pending_head, *pending_tail;
+    struct twohop_module *next_deferred;
+    opal_mutex_t setup_lock;
 } twohop_module;
 
 /* A canonical-layout buffer in memory the host must reach through its kind's copies. */
@@ -99,14 +108,31 @@ typedef struct call_args {
     staging sin, sout;
 } call_args;
 
-typedef enum { CALL_EMPTY, CALL_SERVE, CALL_FALLBACK, CALL_BROKEN } call_route;
+/* CALL_DEFER: twohop would serve the call once the communicator's set-up, running in a fiber
+ * (or not started and allowed to start there), is done. */
+typedef enum { CALL_EMPTY, CALL_SERVE, CALL_FALLBACK, CALL_BROKEN, CALL_DEFER } call_route;
 
 /* twohop_component.c */
 extern struct twohop_params twohop_adapter_params;
 extern int twohop_adapter_output;
 extern unsigned long long twohop_served_calls, twohop_fallback_calls;
+/* Serve or hand back, from the op, the type signature and the agreed set-up only. A set-up
+ * not yet run runs here (blocking) unless `defer`: then CALL_DEFER; a set-up running in a fiber
+ * gives CALL_DEFER with `defer`, and without it is driven to its end here first (with the calls
+ * waiting for it started, in order: twohop_deferred_setup_finish). */
 call_route route_call(twohop_module *m, int count, ompi_datatype_t *dtype, ompi_op_t *op,
-                      call_args *a, const char **why);
+                      call_args *a, const char **why, bool defer);
+/* route_call's two halves: from the op and the type signature (CALL_EMPTY, CALL_FALLBACK with
+ * *why, or CALL_SERVE: servable, a->red and the layout filled), then from the set-up's outcome
+ * `state` (1, -1 or -2, as setup_state). */
+call_route route_signature(int count, ompi_datatype_t *dtype, ompi_op_t *op, call_args *a,
+                           const char **why);
+call_route route_setup(twohop_module *m, int count, const call_args *a, const char **why,
+                       int state);
+/* The communicator's set-up (steps of comm_setup.cpp), blocking unless run in a fiber; sets
+ * *state to 1, -1 or -2 (m->setup_state, or where a deferred set-up keeps it until the calls
+ * that waited are started) and reports failures. Returns a twohop_status. */
+int twohop_module_setup(twohop_module *m, int *state);
 int prepare_buffers(call_args *a, const void *sbuf, void *rbuf, int count,
                     ompi_datatype_t *dtype);
 int finish_buffers(call_args *a, int rc);
@@ -137,5 +163,11 @@ int twohop_allreduce_init(const void *sbuf, void *rbuf, int count, ompi_datatype
 extern unsigned long long twohop_nonblocking_calls, twohop_persistent_starts;
 /* Unregisters the progress callback (component close). */
 void twohop_requests_finalize(void);
+/* A set-up running in a fiber on m: resumed until it ends (MPI progress between resumes), then
+ * the calls that waited for it started in order. For blocking calls on m and its destruction. */
+void twohop_deferred_setup_finish(twohop_module *m);
+/* m is being destroyed: off the list of deferred set-ups (its fiber, which held a reference
+ * on the communicator, has ended). */
+void twohop_deferred_setup_forget(twohop_module *m);
 
 #endif

@@ -103,9 +103,15 @@ static void module_construct(twohop_module *m) {
     m->setup_failure[0] = '\0';
     m->last_reason = NULL;
     m->error_reported = 0;
+    m->setup_fiber = NULL;
+    m->pending_head = m->pending_tail = NULL;
+    m->next_deferred = NULL;
+    OBJ_CONSTRUCT(&m->setup_lock, opal_mutex_t);
 }
 
 static void module_destruct(twohop_module *m) {
+    twohop_deferred_setup_forget(m);
+    OBJ_DESTRUCT(&m->setup_lock);
     twohop_comm_free(m->core);
     m->core = NULL;
     if (m->prev_allreduce_module) {
@@ -721,7 +727,7 @@ static const char *comm_label(const twohop_module *m, char *buf, size_t len) {
 /* Resource-caused fallbacks are printed once per process at the default verbosity. */
 static int resource_warned;
 
-static int setup(twohop_module *m) {
+int twohop_module_setup(twohop_module *m, int *state) {
     twohop_comm_args a;
     memset(&a, 0, sizeof(a));
     a.rank = ompi_comm_rank(m->comm);
@@ -746,14 +752,14 @@ static int setup(twohop_module *m) {
     int rc = twohop_comm_setup(&a, &m->core, &resource, m->setup_failure,
                                sizeof(m->setup_failure));
     if (rc == TWOHOP_OK) {
-        m->setup_state = 1;
+        *state = 1;
     } else if (rc == TWOHOP_ERR_MISMATCH || rc == TWOHOP_ERR_TIMEOUT || rc == TWOHOP_ERR_HOST) {
-        m->setup_state = -2;
+        *state = -2;
         char label[MPI_MAX_OBJECT_NAME + 32];
         opal_output(0, "coll:twohop: %s: set-up failed: %s",
                     comm_label(m, label, sizeof(label)), m->setup_failure);
     } else {
-        m->setup_state = -1;
+        *state = -1;
         if (resource && !__atomic_exchange_n(&resource_warned, 1, __ATOMIC_RELAXED)) {
             opal_output(0, "coll:twohop: comm %s: twohop does not serve this communicator: %s "
                         "(its allreduce falls back to the previous component; further notices "
@@ -836,8 +842,8 @@ static bool join_stream(bool *enqueue, void *stream) {
  * (identical on every rank); fills a->red and the canonical element description for
  * CALL_SERVE and sets *why for CALL_FALLBACK. Runs the communicator's set-up on first use.
  */
-call_route route_call(twohop_module *m, int count, ompi_datatype_t *dtype, ompi_op_t *op,
-                      call_args *a, const char **why) {
+call_route route_signature(int count, ompi_datatype_t *dtype, ompi_op_t *op, call_args *a,
+                           const char **why) {
     size_t type_size;
     *why = NULL;
     if (count < 0) {
@@ -848,15 +854,32 @@ call_route route_call(twohop_module *m, int count, ompi_datatype_t *dtype, ompi_
     if (count == 0 || type_size == 0) return CALL_EMPTY; /* empty signature on every rank */
     *why = classify(dtype, op, &a->red, &a->uctx, &a->base, &a->base_size, &a->base_extent,
                     &a->elems_per_item);
-    if (*why) return CALL_FALLBACK;
-    if (m->setup_state == 0) (void)setup(m);
-    if (m->setup_state == -2) return CALL_BROKEN; /* reported once in setup() */
-    if (m->setup_state < 0) {
+    return *why ? CALL_FALLBACK : CALL_SERVE;
+}
+
+call_route route_setup(twohop_module *m, int count, const call_args *a, const char **why,
+                       int state) {
+    if (state == -2) return CALL_BROKEN; /* reported once in set-up */
+    if (state < 0) {
         *why = "set-up failed";
         return CALL_FALLBACK;
     }
     *why = twohop_comm_cannot_serve(m->core, (uint64_t)count, a->red.item_bytes);
     return *why ? CALL_FALLBACK : CALL_SERVE;
+}
+
+call_route route_call(twohop_module *m, int count, ompi_datatype_t *dtype, ompi_op_t *op,
+                      call_args *a, const char **why, bool defer) {
+    const call_route r = route_signature(count, dtype, op, a, why);
+    if (r != CALL_SERVE) return r;
+    int state = __atomic_load_n(&m->setup_state, __ATOMIC_ACQUIRE);
+    if (state == 0 || state == 2) {
+        if (defer) return CALL_DEFER;
+        if (state == 2) twohop_deferred_setup_finish(m); /* and the calls that waited start */
+        if (m->setup_state == 0) (void)twohop_module_setup(m, &m->setup_state);
+        state = m->setup_state;
+    }
+    return route_setup(m, count, a, why, state);
 }
 
 /*
@@ -939,7 +962,7 @@ static int allreduce_impl(const void *sbuf, void *rbuf, int count, ompi_datatype
     a.kout = count > 0 ? twohop_memory_kind(rbuf) : TWOHOP_KIND_HOST;
     a.kin = in_place || count <= 0 ? a.kout : twohop_memory_kind(sbuf);
     const char *why;
-    const call_route route = route_call(m, count, dtype, op, &a, &why);
+    const call_route route = route_call(m, count, dtype, op, &a, &why, false);
     if (route == CALL_EMPTY) return MPI_SUCCESS;
     if (route == CALL_BROKEN) return MPI_ERR_OTHER;
     /* Only device buffers of the canonical layout can stay on the stream. */

@@ -111,6 +111,20 @@ int twohop_comm_setup(const twohop_comm_args *args, twohop_comm **out, int *reso
 void twohop_comm_free(twohop_comm *c);
 
 /*
+ * A function run as a fiber (coll/setup/fiber.h): twohop_comm_setup() called inside one
+ * yields at every wait for a peer, so the adapters start a set-up from a non-blocking or
+ * persistent call without waiting for the other ranks and resume it from MPI progress.
+ * twohop_fiber_new: NULL when no stack could be mapped (ENOMEM). twohop_fiber_resume: runs the
+ * function until it yields (0) or has returned (1); one thread at a time, never from inside
+ * the fiber, never after it returned. twohop_fiber_free: after it returned, or before the
+ * first resume.
+ */
+typedef struct twohop_fiber twohop_fiber;
+twohop_fiber *twohop_fiber_new(void (*fn)(void *), void *arg);
+int twohop_fiber_resume(twohop_fiber *f);
+void twohop_fiber_free(twohop_fiber *f);
+
+/*
  * Allreduce of `count` items (red->item_bytes each, canonical layout) from `in` into `out`
  * (for MPI_IN_PLACE both describe the receive buffer). count may exceed 2^31; sizes are
  * 64-bit throughout. Returns a twohop_status; after a failure the communicator is poisoned

@@ -13,6 +13,16 @@
  *   empty     count 0 or an empty signature: complete at once (persistent: at every start).
  *   self      a single-rank communicator: the input copied to the output (self_copy), then
  *             complete at once.
+ *   pending   twohop would serve the call, but the communicator's set-up is not done: it
+ *             runs in a fiber (coll/setup/fiber.h) that this call starts or finds running, so
+ *             the start returns without waiting for the other ranks (MPI-4.1 6.12: starting
+ *             a non-blocking or persistent collective is local). MPI progress resumes the
+ *             fiber; when the set-up has ended the pending calls are routed again, in call
+ *             order: served (they become `served` and start), or -- when the ranks agreed on
+ *             a fallback -- `failed`: an error, since handing a started call to the previous
+ *             module late could reorder it against that module's other non-blocking
+ *             collectives on the communicator. A blocking call on the communicator first
+ *             drives the set-up to its end and starts the pending calls.
  * Host-memory calls twohop hands back return the previous module's own request.
  *
  * The route (serve or hand back) depends only on the op, the type signature and the set-up
@@ -41,7 +51,7 @@
 unsigned long long twohop_nonblocking_calls;
 unsigned long long twohop_persistent_starts;
 
-typedef enum { REQ_SERVED, REQ_STAGED, REQ_EMPTY, REQ_SELF } req_kind;
+typedef enum { REQ_SERVED, REQ_STAGED, REQ_EMPTY, REQ_SELF, REQ_PENDING, REQ_FAILED } req_kind;
 
 /* Open MPI's MPI_Iallreduce / MPI_Allreduce_init (ompi_coll_base_retain_op) treat every
  * collective request as an ompi_coll_base_nbc_request_t and write into its fields: it must be
@@ -60,7 +70,10 @@ typedef struct twohop_request {
     ompi_request_t *inner;    /* staged: the previous module's request */
     staging fin, fout;        /* staged: host copies of the send / receive buffers */
     int kin, kout;            /* staged: memory kinds of the user's buffers */
-    struct twohop_request *next; /* staged: in the list the progress callback polls */
+    struct twohop_request *next; /* staged: in the list the progress callback polls;
+                                    pending: in the module's list of calls waiting for set-up */
+    bool start_pending;          /* pending: started (a non-blocking call, or MPI_Start) */
+    int failed_err;              /* failed: the MPI error every start completes with */
 } twohop_request;
 
 static OBJ_CLASS_INSTANCE(twohop_request, ompi_coll_base_nbc_request_t, NULL, NULL);
@@ -72,7 +85,10 @@ static int progress_registered;
 
 /* ------------------------------------------------------------------ completion ---- */
 
+static void unlink_pending(twohop_request *r);
+
 static void release_request(twohop_request *r) {
+    if (r->kind == REQ_PENDING) unlink_pending(r); /* a persistent request freed unstarted */
     if (r->inner != NULL && r->inner != MPI_REQUEST_NULL) (void)ompi_request_free(&r->inner);
     free(r->fin.host);
     free(r->fout.host);
@@ -139,7 +155,9 @@ static int poll_staged(void) {
     return completed;
 }
 
-static int progress_cb(void) { return twohop_core_progress() + poll_staged(); }
+static int poll_deferred(void);
+
+static int progress_cb(void) { return twohop_core_progress() + poll_staged() + poll_deferred(); }
 
 static void ensure_progress(void) {
     if (__atomic_load_n(&progress_registered, __ATOMIC_ACQUIRE)) return;
@@ -200,6 +218,19 @@ static int start_one(twohop_request *r) {
         r->nbc.super.req_state = OMPI_REQUEST_ACTIVE;
         complete(r, r->kind == REQ_SELF ? self_copy(r->sbuf, r->rbuf, r->count, r->dtype)
                                         : MPI_SUCCESS);
+        return MPI_SUCCESS;
+    }
+    if (r->kind == REQ_PENDING) { /* MPI_Start before the set-up ended */
+        r->nbc.super.req_state = OMPI_REQUEST_ACTIVE;
+        opal_mutex_lock(&r->m->setup_lock);
+        const bool waits = r->kind == REQ_PENDING; /* the set-up may have ended meanwhile */
+        if (waits) r->start_pending = true;
+        opal_mutex_unlock(&r->m->setup_lock);
+        if (waits) return MPI_SUCCESS; /* started by flush_pending() */
+    }
+    if (r->kind == REQ_FAILED) {
+        r->nbc.super.req_state = OMPI_REQUEST_ACTIVE;
+        complete(r, r->failed_err);
         return MPI_SUCCESS;
     }
     if (r->kind == REQ_STAGED) {
@@ -274,6 +305,8 @@ static twohop_request *new_request(twohop_module *m, req_kind kind, bool persist
     memset(&r->fin, 0, sizeof(r->fin));
     memset(&r->fout, 0, sizeof(r->fout));
     r->next = NULL;
+    r->start_pending = false;
+    r->failed_err = MPI_SUCCESS;
     OBJ_RETAIN(m->comm);
     OBJ_RETAIN(dtype);
     OBJ_RETAIN(op);
@@ -332,6 +365,193 @@ static int staged_request(twohop_module *m, bool persistent, const void *sbuf, v
     return err;
 }
 
+/* ------------------------------------------------------ deferred set-up ---- */
+
+/* Communicators whose set-up runs in a fiber, resumed by the progress callback. */
+static twohop_module *deferred_head;
+static opal_mutex_t deferred_lock = OPAL_MUTEX_STATIC_INIT;
+
+static void setup_body(void *arg) {
+    twohop_module *m = (twohop_module *)arg;
+    (void)twohop_module_setup(m, &m->deferred_state);
+}
+
+/* Takes r out of its module's pending list (setup_lock taken here). */
+static void unlink_pending(twohop_request *r) {
+    twohop_module *m = r->m;
+    opal_mutex_lock(&m->setup_lock);
+    twohop_request **pp = &m->pending_head, *prev = NULL;
+    while (*pp && *pp != r) {
+        prev = *pp;
+        pp = &(*pp)->next;
+    }
+    if (*pp == r) {
+        *pp = r->next;
+        if (m->pending_tail == r) m->pending_tail = prev;
+        r->next = NULL;
+    }
+    opal_mutex_unlock(&m->setup_lock);
+}
+
+/* After the fiber ended (setup_lock held): the calls that waited, routed again in call order
+ * and started if they were; then the outcome published (setup_state). */
+static void flush_pending(twohop_module *m) {
+    twohop_request *r = m->pending_head;
+    m->pending_head = m->pending_tail = NULL;
+    while (r) {
+        twohop_request *next = r->next;
+        r->next = NULL;
+        call_args a;
+        memset(&a, 0, sizeof(a));
+        const char *why = NULL;
+        call_route route = route_signature(r->count, r->dtype, r->op, &a, &why);
+        if (route == CALL_SERVE) route = route_setup(m, r->count, &a, &why, m->deferred_state);
+        if (route == CALL_SERVE) {
+            r->kind = REQ_SERVED;
+            r->a = a;
+            if (r->a.red.op == TWOHOP_OP_USER) r->a.red.user_ctx = &r->a.uctx;
+        } else {
+            r->kind = REQ_FAILED;
+            r->failed_err = MPI_ERR_OTHER;
+            if (route != CALL_BROKEN) { /* broken: reported once in set-up */
+                char msg[512];
+                snprintf(msg, sizeof(msg), "the communicator's set-up, started by a "
+                         "non-blocking or persistent allreduce, ended in a fallback (%s); a call "
+                         "already started cannot be handed to the previous component any more",
+                         why ? why : "set-up failed");
+                report_failure(m, msg);
+            }
+        }
+        if (r->start_pending) {
+            r->start_pending = false;
+            (void)start_one(r);
+        }
+        r = next;
+    }
+    /* Published last: a blocking call that sees it finds every waiting call queued. */
+    __atomic_store_n(&m->setup_state, m->deferred_state, __ATOMIC_RELEASE);
+}
+
+/* Resumes m's set-up once (or, with `wait`, until it ends); when it has ended, starts the
+ * calls that waited. Returns 0 while it runs (or another thread resumes it), 1 when it had
+ * ended before, 2 when it ended in this call: the caller then releases the communicator
+ * reference the fiber held, after dropping every twohop lock (the release may destroy m). */
+static int advance_deferred(twohop_module *m, bool wait) {
+    for (;;) {
+        if (opal_mutex_trylock(&m->setup_lock) == 0) {
+            int over = m->setup_fiber == NULL ? 1 : 0;
+            if (!over && twohop_fiber_resume(m->setup_fiber)) {
+                twohop_fiber_free(m->setup_fiber);
+                m->setup_fiber = NULL;
+                flush_pending(m);
+                over = 2;
+            }
+            opal_mutex_unlock(&m->setup_lock);
+            if (over || !wait) return over;
+        } else if (!wait) {
+            return 0; /* this thread is inside the fiber, or another one resumes it */
+        }
+        opal_progress();
+    }
+}
+
+static int poll_deferred(void) {
+    if (__atomic_load_n(&deferred_head, __ATOMIC_ACQUIRE) == NULL) return 0;
+    if (opal_mutex_trylock(&deferred_lock) != 0) return 0;
+    twohop_module *ended = NULL, *release = NULL;
+    twohop_module **pp = &deferred_head;
+    while (*pp) {
+        twohop_module *m = *pp;
+        const int over = advance_deferred(m, false);
+        if (over) {
+            *pp = m->next_deferred;
+            m->next_deferred = over == 2 ? release : ended;
+            if (over == 2) release = m;
+            else ended = m;
+        } else {
+            pp = &m->next_deferred;
+        }
+    }
+    opal_mutex_unlock(&deferred_lock);
+    int n = 0;
+    for (; ended; ++n) {
+        twohop_module *m = ended;
+        ended = m->next_deferred;
+        m->next_deferred = NULL;
+    }
+    for (; release; ++n) {
+        twohop_module *m = release;
+        release = m->next_deferred;
+        m->next_deferred = NULL;
+        OBJ_RELEASE(m->comm); /* the fiber's reference (may destroy m) */
+    }
+    return n;
+}
+
+void twohop_deferred_setup_finish(twohop_module *m) {
+    /* The caller holds the communicator: the release cannot destroy m here. The progress
+     * callback takes m off the list. */
+    if (advance_deferred(m, true) == 2) OBJ_RELEASE(m->comm);
+}
+
+void twohop_deferred_setup_forget(twohop_module *m) {
+    /* A fiber holds a reference on its communicator: m is destroyed only after it ended. */
+    opal_mutex_lock(&deferred_lock);
+    twohop_module **pp = &deferred_head;
+    while (*pp && *pp != m) pp = &(*pp)->next_deferred;
+    if (*pp == m) *pp = m->next_deferred;
+    opal_mutex_unlock(&deferred_lock);
+}
+
+/* A call twohop serves once the set-up ends: starts the set-up in a fiber if no call did yet,
+ * queues the call behind the others that wait, and gives the set-up a first turn. */
+static int create(const void *sbuf, void *rbuf, int count, ompi_datatype_t *dtype,
+                  ompi_op_t *op, ompi_communicator_t *comm, struct ompi_info_t *info,
+                  ompi_request_t **request, twohop_module *m, bool persistent);
+
+static int deferred_request(twohop_module *m, bool persistent, const void *sbuf, void *rbuf,
+                            int count, ompi_datatype_t *dtype, ompi_op_t *op,
+                            struct ompi_info_t *info, ompi_request_t **request) {
+    twohop_request *r = new_request(m, REQ_PENDING, persistent, sbuf, rbuf, count, dtype, op);
+    if (r == NULL) return OMPI_ERR_OUT_OF_RESOURCE;
+    opal_mutex_lock(&m->setup_lock);
+    if (m->setup_state == 0) {
+        m->setup_fiber = twohop_fiber_new(setup_body, m);
+        if (m->setup_fiber == NULL) { /* no stack: the set-up runs here, blocking */
+            (void)twohop_module_setup(m, &m->setup_state);
+            opal_mutex_unlock(&m->setup_lock);
+            r->kind = REQ_EMPTY;
+            release_request(r);
+            return create(sbuf, rbuf, count, dtype, op, m->comm, info, request, m, persistent);
+        }
+        m->deferred_state = 0;
+        m->setup_state = 2;
+        /* The fiber keeps the communicator (and m) alive until it ends: a request of its own
+         * may hold the last reference, and must not destroy m inside the fiber. */
+        OBJ_RETAIN(m->comm);
+        opal_mutex_lock(&deferred_lock);
+        m->next_deferred = deferred_head;
+        __atomic_store_n(&deferred_head, m, __ATOMIC_RELEASE);
+        opal_mutex_unlock(&deferred_lock);
+    }
+    if (m->setup_state != 2) { /* ended meanwhile (another thread) */
+        opal_mutex_unlock(&m->setup_lock);
+        r->kind = REQ_EMPTY;
+        release_request(r);
+        return create(sbuf, rbuf, count, dtype, op, m->comm, info, request, m, persistent);
+    }
+    r->start_pending = !persistent;
+    if (m->pending_tail) m->pending_tail->next = r;
+    else m->pending_head = r;
+    m->pending_tail = r;
+    opal_mutex_unlock(&m->setup_lock);
+    r->nbc.super.req_state = persistent ? OMPI_REQUEST_INACTIVE : OMPI_REQUEST_ACTIVE;
+    *request = &r->nbc.super;
+    /* A first turn: posts this rank's first messages. (The caller and r hold m->comm.) */
+    if (advance_deferred(m, false) == 2) OBJ_RELEASE(m->comm);
+    return MPI_SUCCESS;
+}
+
 /*
  * The shape of the non-blocking allreduces Open MPI's communicator construction (context id
  * and activation agreement, also of MPI_Comm_idup) runs on the parent communicator: a type
@@ -375,7 +595,10 @@ static int create(const void *sbuf, void *rbuf, int count, ompi_datatype_t *dtyp
               "construction, issued from its progress engine)";
         route = CALL_FALLBACK;
     } else {
-        route = route_call(m, count, dtype, op, &a, &why);
+        route = route_call(m, count, dtype, op, &a, &why, true);
+    }
+    if (route == CALL_DEFER) {
+        return deferred_request(m, persistent, sbuf, rbuf, count, dtype, op, info, request);
     }
     if (route == CALL_BROKEN) return MPI_ERR_OTHER; /* reported once in set-up */
     if (route == CALL_FALLBACK) {

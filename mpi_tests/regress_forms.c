@@ -13,6 +13,21 @@
  *                  Open MPI 4.1)
  *   erroneous      MPI_Request_free and MPI_Cancel of an active MPI_Iallreduce return
  *                  MPI_ERR_REQUEST (as libnbc), and the call still completes
+ *   local_start    starting a non-blocking or persistent collective is local (MPI-4.1 6.12):
+ *                  on a fresh communicator rank 0 starts MPI_Iallreduce (or initialises a
+ *                  persistent allreduce and starts it) and only then sends to the others,
+ *                  which receive before they start theirs -- the start must not wait for the
+ *                  communicator's set-up with the others (it did: a deadlock)
+ *   local_queue    three MPI_Iallreduce calls on a fresh communicator before any rank can
+ *                  finish its set-up, an MPI_Allreduce with a non-commutative user op (handed
+ *                  back at once) between them, then a blocking MPI_Allreduce: all in order
+ *   local_unused   a persistent allreduce initialised on a fresh communicator and freed
+ *                  without a start, then the communicator freed
+ *   local_cross    two fresh communicators, MPI_Iallreduce started on them in one order on
+ *                  even ranks and in the other on odd ranks (legal: each communicator sees
+ *                  its calls in one order), then MPI_Waitall
+ * With the MPI_T counters found (twohop loaded), the local_* calls must be served by twohop
+ * (coll_twohop_nonblocking_calls / _persistent_starts), not handed back.
  * A SIGALRM watchdog (60 s) turns a hang into a failure. Exit 0 and "RESULT: PASS" when every
  * scenario passed on every rank.
  */
@@ -27,13 +42,17 @@
 #include <mpi-ext.h>
 #endif
 
+#include "twohop_pvars.h"
+
 static int rank, size, bad;
 static const char *scenario = "start";
 
 static void watchdog(int sig) {
     (void)sig;
-    static const char msg[] = "regress_forms: WATCHDOG: hang\n";
+    static const char msg[] = "regress_forms: WATCHDOG: hang in scenario ";
     ssize_t w = write(2, msg, sizeof msg - 1);
+    w = write(2, scenario, strlen(scenario));
+    w = write(2, "\n", 1);
     (void)w;
     _exit(124);
 }
@@ -154,20 +173,171 @@ static void erroneous(void) {
     MPI_Comm_free(&c);
 }
 
+/* The persistent allreduce of this MPI (MPI 4, Open MPI 4.1's pcollreq), if any. */
+#if MPI_VERSION >= 4
+#define RF_ALLREDUCE_INIT MPI_Allreduce_init
+#elif defined(OMPI_HAVE_MPI_EXT_PCOLLREQ) && OMPI_HAVE_MPI_EXT_PCOLLREQ
+#define RF_ALLREDUCE_INIT MPIX_Allreduce_init
+#endif
+
+static struct twohop_pvars pv;
+
+/* Rank 0 tells every other rank it has started (after its start returned). */
+static void token_after_start(void) {
+    int tok = 7;
+    if (rank == 0) {
+        for (int p = 1; p < size; p++) MPI_Send(&tok, 1, MPI_INT, p, 99, MPI_COMM_WORLD);
+    }
+}
+static void token_before_start(void) {
+    int tok = 0;
+    if (rank != 0) MPI_Recv(&tok, 1, MPI_INT, 0, 99, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+}
+
+static void local_start(int persistent) {
+    scenario = persistent ? "local_start(persistent)" : "local_start(non-blocking)";
+    enum { N = 1000 };
+    static int in[N], out[N];
+    MPI_Comm comm;
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+    fill(in, N);
+    const struct twohop_counts c0 = twohop_pvars_read(&pv);
+    MPI_Request r = MPI_REQUEST_NULL;
+    token_before_start();
+    if (!persistent) {
+        check(MPI_Iallreduce(in, out, N, MPI_INT, MPI_SUM, comm, &r) == MPI_SUCCESS, "start");
+        token_after_start();
+        check(MPI_Wait(&r, MPI_STATUS_IGNORE) == MPI_SUCCESS, "wait");
+        check(summed(out, N), "result");
+    } else {
+#ifdef RF_ALLREDUCE_INIT
+        check(RF_ALLREDUCE_INIT(in, out, N, MPI_INT, MPI_SUM, comm, MPI_INFO_NULL, &r) ==
+                  MPI_SUCCESS, "init");
+        token_after_start();
+        for (int k = 0; k < 3; k++) {
+            for (int i = 0; i < N; i++) in[i] = rank + i + k;
+            memset(out, 0, sizeof out);
+            check(MPI_Start(&r) == MPI_SUCCESS, "start");
+            check(MPI_Wait(&r, MPI_STATUS_IGNORE) == MPI_SUCCESS, "wait");
+            int ok = 1;
+            for (int i = 0; i < N; i++) ok &= out[i] == size * (i + k) + size * (size - 1) / 2;
+            check(ok, "result");
+        }
+        MPI_Request_free(&r);
+#else
+        token_after_start();
+#endif
+    }
+    const struct twohop_counts c1 = twohop_pvars_read(&pv);
+    if (pv.found && !pv.pmpi) { /* the component (the PMPI library hands these calls on) */
+        check(c1.fallback == c0.fallback, "handed back instead of served by twohop");
+#ifdef RF_ALLREDUCE_INIT
+        const unsigned long long want = 3;
+#else
+        const unsigned long long want = 0;
+#endif
+        check(persistent ? c1.persistent - c0.persistent == want
+                         : c1.nonblocking - c0.nonblocking == 1,
+              "twohop's counter of the form did not count the calls");
+    }
+    MPI_Comm_free(&comm);
+}
+
+/* Non-commutative user op: inout = in (the lower rank's value wins), on ints. */
+static void first_wins(void *in, void *inout, int *len, MPI_Datatype *dt) {
+    (void)dt;
+    memcpy(inout, in, (size_t)*len * sizeof(int));
+}
+
+static void local_queue(void) {
+    scenario = "local_queue";
+    enum { N = 5000, K = 3 };
+    static int in[K][N], out[K][N], last[N];
+    MPI_Comm comm;
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+    MPI_Op first;
+    MPI_Op_create(first_wins, 0, &first);
+    MPI_Request r[K];
+    token_before_start();
+    for (int k = 0; k < K; k++) {
+        for (int i = 0; i < N; i++) in[k][i] = rank + i + k;
+        check(MPI_Iallreduce(in[k], out[k], N, MPI_INT, MPI_SUM, comm, &r[k]) == MPI_SUCCESS,
+              "start");
+        if (k == 0) token_after_start();
+        if (k == 1) { /* handed back at once: its traffic meets the others' pending set-up */
+            int v = rank + 10, w = -1;
+            check(MPI_Allreduce(&v, &w, 1, MPI_INT, first, comm) == MPI_SUCCESS, "user op");
+            check(w == 10, "user op result");
+        }
+    }
+    fill(in[0], N);
+    check(MPI_Allreduce(in[0], last, N, MPI_INT, MPI_SUM, comm) == MPI_SUCCESS, "blocking");
+    check(summed(last, N), "blocking result");
+    check(MPI_Waitall(K, r, MPI_STATUSES_IGNORE) == MPI_SUCCESS, "waitall");
+    for (int k = 0; k < K; k++) {
+        int ok = 1;
+        for (int i = 0; i < N; i++) ok &= out[k][i] == size * (i + k) + size * (size - 1) / 2;
+        check(ok, "queued result");
+    }
+    MPI_Op_free(&first);
+    MPI_Comm_free(&comm);
+}
+
+static void local_unused(void) {
+    scenario = "local_unused";
+#ifdef RF_ALLREDUCE_INIT
+    int in = rank, out = 0;
+    MPI_Comm comm;
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+    MPI_Request r;
+    check(RF_ALLREDUCE_INIT(&in, &out, 1, MPI_INT, MPI_SUM, comm, MPI_INFO_NULL, &r) ==
+              MPI_SUCCESS, "init");
+    check(MPI_Request_free(&r) == MPI_SUCCESS, "free");
+    MPI_Comm_free(&comm);
+#endif
+}
+
+static void local_cross(void) {
+    scenario = "local_cross";
+    enum { N = 2000 };
+    static int in[2][N], out[2][N];
+    MPI_Comm comm[2];
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm[0]);
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm[1]);
+    MPI_Request r[2];
+    for (int k = 0; k < 2; k++) {
+        const int c = rank % 2 ? 1 - k : k;
+        fill(in[c], N);
+        check(MPI_Iallreduce(in[c], out[c], N, MPI_INT, MPI_SUM, comm[c], &r[c]) == MPI_SUCCESS,
+              "start");
+    }
+    check(MPI_Waitall(2, r, MPI_STATUSES_IGNORE) == MPI_SUCCESS, "waitall");
+    check(summed(out[0], N) && summed(out[1], N), "result");
+    MPI_Comm_free(&comm[0]);
+    MPI_Comm_free(&comm[1]);
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     signal(SIGALRM, watchdog);
     alarm(60);
+    twohop_pvars_open(&pv);
     idup(0);
     idup(1);
     signature();
     erroneous();
+    local_start(0);
+    local_start(1);
+    local_queue();
+    local_unused();
+    local_cross();
     int all = 0;
     MPI_Allreduce(&bad, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (rank == 0) printf("regress_forms: np=%d: %d failure(s)\nRESULT: %s\n", size, all,
                           all ? "FAIL" : "PASS");
+    twohop_pvars_close(&pv);
     MPI_Finalize();
     return all ? 1 : 0;
 }

@@ -12,11 +12,13 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 #include "comm_ids.h"
+#include "fiber.h"
 #include "setup_exchange.h"
 
 namespace {
@@ -292,3 +294,98 @@ TEST(CommIds, ExhaustedIsNoMemoryEverywhere) {
 }
 
 } // namespace
+
+/* ------------------------------------------------------------------ fibers (fiber.h) ---- */
+
+TEST(Fiber, YieldsAndResumesUntilTheBodyReturns) {
+    int steps = 0;
+    bool inside = false;
+    twohop::Fiber f([&] {
+        inside = twohop::Fiber::inside();
+        for (int i = 0; i < 3; ++i) {
+            ++steps;
+            twohop::Fiber::yield();
+        }
+        std::vector<int> big(100000, 7); // heap from the fiber's stack frame, freed on return
+        steps += big[99999];
+    });
+    ASSERT_TRUE(f.ok());
+    EXPECT_FALSE(twohop::Fiber::inside());
+    twohop::Fiber::yield(); // outside a fiber: returns at once
+    EXPECT_EQ(steps, 0);    // nothing runs before the first resume
+    EXPECT_FALSE(f.resume());
+    EXPECT_TRUE(inside);
+    EXPECT_EQ(steps, 1);
+    EXPECT_FALSE(f.resume());
+    EXPECT_FALSE(f.resume());
+    EXPECT_TRUE(f.resume());
+    EXPECT_TRUE(f.finished());
+    EXPECT_EQ(steps, 10);
+}
+
+/* The calling thread's id, read anew at every call: pthread_self() is declared const, so two
+ * direct calls in one function may be merged by the compiler -- across a yield, too. (The same
+ * reason the set-up keeps no thread-local state across a wait: fiber.h.) */
+std::thread::id (*volatile thread_id)() = [] { return std::this_thread::get_id(); };
+
+TEST(Fiber, ResumedFromAnotherThread) {
+    std::vector<std::thread::id> ran_on;
+    twohop::Fiber f([&] {
+        ran_on.push_back(thread_id());
+        twohop::Fiber::yield();
+        ran_on.push_back(thread_id());
+    });
+    EXPECT_FALSE(f.resume());
+    std::thread t([&] { EXPECT_TRUE(f.resume()); });
+    t.join();
+    ASSERT_EQ(ran_on.size(), 2u);
+    EXPECT_EQ(ran_on[0], std::this_thread::get_id());
+    EXPECT_NE(ran_on[1], ran_on[0]);
+}
+
+/*
+ * The point of fibers: p ranks' set-up exchanges (allgather, then agreements) on ONE thread,
+ * each rank a fiber resumed in turn, as MPI progress resumes set-ups started by non-blocking
+ * calls. Without the yield in Exchange::wait the first rank would spin forever waiting for a
+ * message its peers, on the same thread, can never send.
+ */
+TEST(Fiber, SetUpExchangesOfSeveralRanksInterleaveOnOneThread) {
+    for (int p : {2, 3, 5, 8}) {
+        Net net(p);
+        std::vector<Ctx> ctx(p);
+        std::vector<twohop_host> host(p);
+        std::vector<std::vector<uint64_t>> got(p, std::vector<uint64_t>(p));
+        std::vector<uint64_t> maxes(p);
+        std::vector<int> rcs(p, -1);
+        std::vector<std::unique_ptr<twohop::Fiber>> fibers;
+        for (int r = 0; r < p; ++r) {
+            ctx[r] = Ctx{&net, r};
+            host[r] = host_for(&ctx[r]);
+            // A peer that calls another allreduce must not be probed from a fiber: mark every
+            // rank as if it did; the exchanges must still complete.
+            net.foreign[r] = 1;
+            fibers.emplace_back(new twohop::Fiber([&, r] {
+                twohop::Exchange ex(host[r], r, p, 0);
+                std::string err;
+                uint64_t mine = 100 + r;
+                int rc = ex.allgather(&mine, got[r].data(), sizeof(mine), &err);
+                if (rc == TWOHOP_OK) rc = ex.agree_max(uint64_t(r) * 3, &maxes[r], &err);
+                rcs[r] = rc;
+            }));
+            ASSERT_TRUE(fibers.back()->ok());
+        }
+        int live = p, rounds = 0;
+        while (live > 0 && rounds < 100000) {
+            ++rounds;
+            for (int r = 0; r < p; ++r) {
+                if (!fibers[r]->finished() && fibers[r]->resume()) --live;
+            }
+        }
+        ASSERT_EQ(live, 0) << "p=" << p;
+        for (int r = 0; r < p; ++r) {
+            EXPECT_EQ(rcs[r], TWOHOP_OK) << "p=" << p << " r=" << r;
+            EXPECT_EQ(maxes[r], uint64_t(p - 1) * 3);
+            for (int k = 0; k < p; ++k) EXPECT_EQ(got[r][k], uint64_t(100 + k));
+        }
+    }
+}

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <vector>
 
+#include "fiber.h"
+
 namespace twohop {
 
 namespace {
@@ -33,10 +35,17 @@ int Exchange::wait(void *req, int peer, void *other, std::string *err) {
             return rc;
         }
         if (done) return TWOHOP_OK;
+        // Inside a fiber (a set-up started by a non-blocking or persistent call): back to the
+        // caller, which resumes this wait from MPI progress.
+        const bool deferred = Fiber::inside();
+        if (deferred) Fiber::yield();
         const auto now = Clock::now();
         if (now < next_check) continue;
         next_check = now + kForeignCheck;
-        if (h_.foreign_pending(h_.ctx, peer)) {
+        // The probe for another allreduce component's traffic is left out in a fiber: the
+        // peer may by then run its own later collectives on this communicator (it returned
+        // from the call that started the set-up), whose messages the probe would mistake.
+        if (!deferred && h_.foreign_pending(h_.ctx, peer)) {
             *err = "rank " + std::to_string(peer) +
                    " runs another allreduce on this communicator while this rank sets up "
                    "twohop: coll selection differs between ranks (keep --mca coll and "

@@ -12,11 +12,14 @@
  *
  * Waiting is bounded: while a receive from rank r is outstanding,
  *   - if r is seen running another allreduce on the communicator (host.foreign_pending), the
- *     exchange fails with TWOHOP_ERR_MISMATCH and a message naming r;
+ *     exchange fails with TWOHOP_ERR_MISMATCH and a message naming r (not inside a fiber:
+ *     there r may legitimately run its later collectives already);
  *   - with timeout_s > 0, after timeout_s seconds without completion it fails with
  *     TWOHOP_ERR_TIMEOUT.
  * On failure outstanding requests are cancelled; the caller must turn the failure into an MPI
  * error (the ranks can no longer agree on a fallback).
+ * Inside a Fiber (fiber.h) every unsuccessful test yields to the fiber's caller instead of
+ * spinning.
  */
 #ifndef TWOHOP_SETUP_EXCHANGE_H
 #define TWOHOP_SETUP_EXCHANGE_H
