@@ -41,7 +41,9 @@ namespace twohop {
 namespace {
 thread_local Fiber *t_current = nullptr;
 
-ucontext_t *uc(void *p) { return static_cast<ucontext_t *>(p); }
+ucontext_t *uc(void *p) {
+    return static_cast<ucontext_t *>(p);
+}
 } // namespace
 
 Fiber::Fiber(std::function<void()> body)
@@ -50,7 +52,8 @@ Fiber::Fiber(std::function<void()> body)
     mapped_ = kStackBytes + page;
     void *p = mmap(nullptr, mapped_, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
-    if (p == MAP_FAILED) return;
+    if (p == MAP_FAILED)
+        return;
     // Guard page at the low end: the stack grows down into it on overflow and faults.
     if (mprotect(p, page, PROT_NONE) != 0 || getcontext(uc(context_)) != 0) {
         munmap(p, mapped_);
@@ -71,9 +74,11 @@ Fiber::Fiber(std::function<void()> body)
 
 Fiber::~Fiber() {
 #if TWOHOP_FIBER_TSAN
-    if (tsan_fiber_) __tsan_destroy_fiber(tsan_fiber_);
+    if (tsan_fiber_)
+        __tsan_destroy_fiber(tsan_fiber_);
 #endif
-    if (stack_) munmap(stack_, mapped_);
+    if (stack_)
+        munmap(stack_, mapped_);
     delete uc(context_);
     delete uc(caller_);
 }
@@ -112,8 +117,7 @@ void Fiber::switch_out() {
 #if TWOHOP_FIBER_ASAN
     void *fake = nullptr;
     // A finished fiber's fake stack is released (nullptr), a yielding one's kept.
-    __sanitizer_start_switch_fiber(finished_ ? nullptr : &fake, caller_stack_,
-                                   caller_stack_size_);
+    __sanitizer_start_switch_fiber(finished_ ? nullptr : &fake, caller_stack_, caller_stack_size_);
 #endif
 #if TWOHOP_FIBER_TSAN
     __tsan_switch_to_fiber(tsan_caller_, 0);
@@ -126,10 +130,13 @@ void Fiber::switch_out() {
 
 void Fiber::yield() {
     Fiber *f = t_current;
-    if (f != nullptr) f->switch_out();
+    if (f != nullptr)
+        f->switch_out();
 }
 
-bool Fiber::inside() { return t_current != nullptr; }
+bool Fiber::inside() {
+    return t_current != nullptr;
+}
 
 } // namespace twohop
 
@@ -147,6 +154,10 @@ extern "C" twohop_fiber *twohop_fiber_new(void (*fn)(void *), void *arg) {
     return f;
 }
 
-extern "C" int twohop_fiber_resume(twohop_fiber *f) { return f->fiber.resume() ? 1 : 0; }
+extern "C" int twohop_fiber_resume(twohop_fiber *f) {
+    return f->fiber.resume() ? 1 : 0;
+}
 
-extern "C" void twohop_fiber_free(twohop_fiber *f) { delete f; }
+extern "C" void twohop_fiber_free(twohop_fiber *f) {
+    delete f;
+}
