@@ -59,6 +59,13 @@ reports=("$logs"/asan* "$logs"/ubsan* "$logs"/tsan.[0-9]*)
 failed=0 tolerated=0
 for f in "${reports[@]}"; do
     if [[ $kind == asan ]]; then
+        # ASan prints a warning at the first swapcontext of a process: twohop's set-up fibers
+        # (coll/setup/fiber.cpp) announce every switch through ASan's fiber interface, which is
+        # what that warning asks for. A file holding only that warning is no finding.
+        if ! grep -v -e "WARNING: ASan doesn't fully support makecontext/swapcontext" \
+                -e '^[[:space:]]*$' "$f" | grep -q .; then
+            continue
+        fi
         echo "sanitizer_gate.sh: report in ${f##*/}:" >&2
         cat "$f" >&2
         failed=$((failed + 1))
