@@ -10,8 +10,8 @@
  *   signature      4 MPI_INT MAX as MPI_INT x 4 on rank 0 and contiguous(4, MPI_INT) x 1
  *                  elsewhere (one type signature), non-blocking and persistent: routed by
  *                  count and datatype instead of the signature (needs mpi_param_check=0 on
- *                  Open MPI 4.1; the persistent form not on Open MPI 5.0, whose libnbc, which
- *                  serves it, crashes on it without twohop too)
+ *                  Open MPI 4.1; not run on Open MPI 5.0, whose libnbc, which serves these
+ *                  calls, crashes on them without twohop too)
  *   erroneous      MPI_Request_free and MPI_Cancel of an active MPI_Iallreduce return
  *                  MPI_ERR_REQUEST (as libnbc), and the call still completes
  *   local_start    starting a non-blocking or persistent collective is local (MPI-4.1 6.12):
@@ -115,15 +115,14 @@ static void signature(void) {
     MPI_Datatype c4;
     MPI_Type_contiguous(4, MPI_INT, &c4);
     MPI_Type_commit(&c4);
-    /* Open MPI 5.0's libnbc crashes (SIGSEGV in its progress) on the persistent form of this
-     * legal input itself, with twohop excluded too (5.0.7, --mca coll tuned,basic,libnbc,self),
-     * and twohop hands such calls to it: the persistent form runs on 4.1 only. */
+    /* Open MPI 5.0's libnbc crashes (SIGSEGV in its progress) on this legal input itself,
+     * with twohop excluded too (5.0.7, --mca coll tuned,basic,libnbc,self: the persistent form
+     * at 2 ranks, both forms at 4), and twohop hands such calls to it: Open MPI 4.1 only. */
 #if MPI_VERSION >= 4 && defined(OPEN_MPI)
-    const int forms = 1;
-#else
-    const int forms = 2;
+    if (rank == 0) printf("regress_forms: signature: skipped (Open MPI 5.0's libnbc crashes on it)\n");
+    return;
 #endif
-    for (int form = 0; form < forms; form++) {
+    for (int form = 0; form < 2; form++) {
         MPI_Comm c;
         MPI_Comm_dup(MPI_COMM_WORLD, &c); /* fresh: no set-up yet */
         int in[4], out[4] = {0, 0, 0, 0};
