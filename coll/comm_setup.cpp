@@ -128,7 +128,7 @@ std::string validate(const twohop_params &p) {
     if (p.post_batch < 1 || p.post_batch > 64) {
         return "coll_twohop_post_batch " + std::to_string(p.post_batch) + " out of range 1..64";
     }
-    if (p.segment_bytes < 4096 || p.segment_bytes > (uint64_t(1) << 30)) {
+    if (p.segment_bytes < TWOHOP_MIN_SEGMENT_BYTES || p.segment_bytes > (uint64_t(1) << 30)) {
         return "coll_twohop_segment_bytes " + std::to_string(p.segment_bytes) +
                " out of range 4096..1073741824";
     }

@@ -104,6 +104,7 @@ static void module_construct(twohop_module *m) {
     m->last_reason = NULL;
     m->error_reported = 0;
     m->setup_fiber = NULL;
+    m->deferred_state = 0;
     m->pending_head = m->pending_tail = NULL;
     m->next_deferred = NULL;
     OBJ_CONSTRUCT(&m->setup_lock, opal_mutex_t);
@@ -837,11 +838,7 @@ static bool join_stream(bool *enqueue, void *stream) {
     return twohop_stream_sync(stream) == 0;
 }
 
-/*
- * How a call is served, decided from the op, the type signature and the agreed set-up only
- * (identical on every rank); fills a->red and the canonical element description for
- * CALL_SERVE and sets *why for CALL_FALLBACK. Runs the communicator's set-up on first use.
- */
+/* The half of route_call decided from the op and the type signature (twohop_adapter.h). */
 call_route route_signature(int count, ompi_datatype_t *dtype, ompi_op_t *op, call_args *a,
                            const char **why) {
     size_t type_size;
@@ -857,6 +854,7 @@ call_route route_signature(int count, ompi_datatype_t *dtype, ompi_op_t *op, cal
     return *why ? CALL_FALLBACK : CALL_SERVE;
 }
 
+/* The half of route_call decided from the set-up's agreed outcome `state`. */
 call_route route_setup(twohop_module *m, int count, const call_args *a, const char **why,
                        int state) {
     if (state == -2) return CALL_BROKEN; /* reported once in set-up */
@@ -868,10 +866,25 @@ call_route route_setup(twohop_module *m, int count, const call_args *a, const ch
     return *why ? CALL_FALLBACK : CALL_SERVE;
 }
 
+/*
+ * How a call is served, decided from the op, the type signature and the agreed set-up only
+ * (identical on every rank); fills a->red and the canonical element description for
+ * CALL_SERVE and sets *why for CALL_FALLBACK. Runs the communicator's set-up on first use,
+ * or with `defer` leaves it to a fiber (CALL_DEFER; twohop_requests.c).
+ */
 call_route route_call(twohop_module *m, int count, ompi_datatype_t *dtype, ompi_op_t *op,
                       call_args *a, const char **why, bool defer) {
     const call_route r = route_signature(count, dtype, op, a, why);
     if (r != CALL_SERVE) return r;
+    if (defer && a->red.item_bytes > TWOHOP_MIN_SEGMENT_BYTES) {
+        /* A non-blocking or persistent call may be routed before this rank's set-up has
+         * ended (a fiber) or after; its route must not depend on which. Items larger than
+         * the smallest possible slot might not fit the agreed one (a fallback known only at
+         * the set-up's end, too late for a started call): handed back always. */
+        *why = "non-blocking or persistent call with items larger than 4 KiB (user op on a "
+               "large datatype)";
+        return CALL_FALLBACK;
+    }
     int state = __atomic_load_n(&m->setup_state, __ATOMIC_ACQUIRE);
     if (state == 0 || state == 2) {
         if (defer) return CALL_DEFER;

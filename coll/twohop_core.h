@@ -119,6 +119,10 @@ void twohop_comm_free(twohop_comm *c);
  * the fiber, never after it returned. twohop_fiber_free: after it returned, or before the
  * first resume.
  */
+/* The smallest valid coll_twohop_segment_bytes: every communicator's shared-memory slot holds
+ * at least this many bytes, whatever the (agreed) parameter. */
+#define TWOHOP_MIN_SEGMENT_BYTES 4096
+
 typedef struct twohop_fiber twohop_fiber;
 twohop_fiber *twohop_fiber_new(void (*fn)(void *), void *arg);
 int twohop_fiber_resume(twohop_fiber *f);

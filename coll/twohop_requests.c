@@ -17,12 +17,13 @@
  *             runs in a fiber (coll/setup/fiber.h) that this call starts or finds running, so
  *             the start returns without waiting for the other ranks (MPI-4.1 6.12: starting
  *             a non-blocking or persistent collective is local). MPI progress resumes the
- *             fiber; when the set-up has ended the pending calls are routed again, in call
- *             order: served (they become `served` and start), or -- when the ranks agreed on
- *             a fallback -- `failed`: an error, since handing a started call to the previous
- *             module late could reorder it against that module's other non-blocking
- *             collectives on the communicator. A blocking call on the communicator first
- *             drives the set-up to its end and starts the pending calls.
+ *             fiber; when the set-up has ended the calls started meanwhile are routed again
+ *             and started in the order they were started (a persistent request created
+ *             meanwhile is routed at its first start): served (they become `served`), or --
+ *             when the ranks agreed on a fallback -- `failed`: an error, since handing a
+ *             started call to the previous module late could reorder it against that
+ *             module's other non-blocking collectives on the communicator. A blocking call on
+ *             the communicator first drives the set-up to its end and starts those calls.
  * Host-memory calls twohop hands back return the previous module's own request.
  *
  * The route (serve or hand back) depends only on the op, the type signature and the set-up
@@ -71,8 +72,8 @@ typedef struct twohop_request {
     staging fin, fout;        /* staged: host copies of the send / receive buffers */
     int kin, kout;            /* staged: memory kinds of the user's buffers */
     struct twohop_request *next; /* staged: in the list the progress callback polls;
-                                    pending: in the module's list of calls waiting for set-up */
-    bool start_pending;          /* pending: started (a non-blocking call, or MPI_Start) */
+                                    pending and started: in the module's list of started calls
+                                    waiting for the set-up, in start order */
     int failed_err;              /* failed: the MPI error every start completes with */
 } twohop_request;
 
@@ -86,6 +87,8 @@ static int progress_registered;
 /* ------------------------------------------------------------------ completion ---- */
 
 static void unlink_pending(twohop_request *r);
+static void append_pending(twohop_module *m, twohop_request *r);
+static void route_pending(twohop_request *r, int state);
 
 static void release_request(twohop_request *r) {
     if (r->kind == REQ_PENDING) unlink_pending(r); /* a persistent request freed unstarted */
@@ -220,12 +223,17 @@ static int start_one(twohop_request *r) {
                                         : MPI_SUCCESS);
         return MPI_SUCCESS;
     }
-    if (r->kind == REQ_PENDING) { /* MPI_Start before the set-up ended */
+    if (r->kind == REQ_PENDING) { /* a persistent request created before the set-up ended */
+        twohop_module *m = r->m;
         r->nbc.super.req_state = OMPI_REQUEST_ACTIVE;
-        opal_mutex_lock(&r->m->setup_lock);
-        const bool waits = r->kind == REQ_PENDING; /* the set-up may have ended meanwhile */
-        if (waits) r->start_pending = true;
-        opal_mutex_unlock(&r->m->setup_lock);
+        opal_mutex_lock(&m->setup_lock);
+        const bool waits = m->setup_state == 2;
+        if (waits) {
+            append_pending(m, r); /* started in start order with the others that wait */
+        } else {
+            route_pending(r, m->setup_state); /* the set-up ended: served or failed now */
+        }
+        opal_mutex_unlock(&m->setup_lock);
         if (waits) return MPI_SUCCESS; /* started by flush_pending() */
     }
     if (r->kind == REQ_FAILED) {
@@ -305,7 +313,6 @@ static twohop_request *new_request(twohop_module *m, req_kind kind, bool persist
     memset(&r->fin, 0, sizeof(r->fin));
     memset(&r->fout, 0, sizeof(r->fout));
     r->next = NULL;
-    r->start_pending = false;
     r->failed_err = MPI_SUCCESS;
     OBJ_RETAIN(m->comm);
     OBJ_RETAIN(dtype);
@@ -393,39 +400,52 @@ static void unlink_pending(twohop_request *r) {
     opal_mutex_unlock(&m->setup_lock);
 }
 
-/* After the fiber ended (setup_lock held): the calls that waited, routed again in call order
- * and started if they were; then the outcome published (setup_state). */
+/* A pending request routed from the set-up's outcome `state` (setup_lock held): served, or
+ * failed (an agreed fallback: too late to hand a started call back). */
+static void route_pending(twohop_request *r, int state) {
+    twohop_module *m = r->m;
+    call_args a;
+    memset(&a, 0, sizeof(a));
+    const char *why = NULL;
+    call_route route = route_signature(r->count, r->dtype, r->op, &a, &why);
+    if (route == CALL_SERVE) route = route_setup(m, r->count, &a, &why, state);
+    if (route == CALL_SERVE) {
+        r->kind = REQ_SERVED;
+        r->a = a;
+        if (r->a.red.op == TWOHOP_OP_USER) r->a.red.user_ctx = &r->a.uctx;
+        return;
+    }
+    r->kind = REQ_FAILED;
+    r->failed_err = MPI_ERR_OTHER;
+    if (route != CALL_BROKEN) { /* broken: reported once in set-up */
+        char msg[512];
+        snprintf(msg, sizeof(msg), "the communicator's set-up, started by a non-blocking or "
+                 "persistent allreduce, ended in a fallback (%s); a call started before cannot "
+                 "be handed to the previous component any more",
+                 why ? why : "set-up failed");
+        report_failure(m, msg);
+    }
+}
+
+/* A started call that waits for the set-up, behind the others (setup_lock held). */
+static void append_pending(twohop_module *m, twohop_request *r) {
+    r->next = NULL;
+    if (m->pending_tail) m->pending_tail->next = r;
+    else m->pending_head = r;
+    m->pending_tail = r;
+}
+
+/* After the fiber ended (setup_lock held): the started calls that waited, routed and started
+ * in the order they were started; then the outcome published (setup_state). A persistent
+ * request not started yet is routed at its first MPI_Start. */
 static void flush_pending(twohop_module *m) {
     twohop_request *r = m->pending_head;
     m->pending_head = m->pending_tail = NULL;
     while (r) {
         twohop_request *next = r->next;
         r->next = NULL;
-        call_args a;
-        memset(&a, 0, sizeof(a));
-        const char *why = NULL;
-        call_route route = route_signature(r->count, r->dtype, r->op, &a, &why);
-        if (route == CALL_SERVE) route = route_setup(m, r->count, &a, &why, m->deferred_state);
-        if (route == CALL_SERVE) {
-            r->kind = REQ_SERVED;
-            r->a = a;
-            if (r->a.red.op == TWOHOP_OP_USER) r->a.red.user_ctx = &r->a.uctx;
-        } else {
-            r->kind = REQ_FAILED;
-            r->failed_err = MPI_ERR_OTHER;
-            if (route != CALL_BROKEN) { /* broken: reported once in set-up */
-                char msg[512];
-                snprintf(msg, sizeof(msg), "the communicator's set-up, started by a "
-                         "non-blocking or persistent allreduce, ended in a fallback (%s); a call "
-                         "already started cannot be handed to the previous component any more",
-                         why ? why : "set-up failed");
-                report_failure(m, msg);
-            }
-        }
-        if (r->start_pending) {
-            r->start_pending = false;
-            (void)start_one(r);
-        }
+        route_pending(r, m->deferred_state);
+        (void)start_one(r);
         r = next;
     }
     /* Published last: a blocking call that sees it finds every waiting call queued. */
@@ -540,10 +560,7 @@ static int deferred_request(twohop_module *m, bool persistent, const void *sbuf,
         release_request(r);
         return create(sbuf, rbuf, count, dtype, op, m->comm, info, request, m, persistent);
     }
-    r->start_pending = !persistent;
-    if (m->pending_tail) m->pending_tail->next = r;
-    else m->pending_head = r;
-    m->pending_tail = r;
+    if (!persistent) append_pending(m, r); /* started now: waits in start order */
     opal_mutex_unlock(&m->setup_lock);
     r->nbc.super.req_state = persistent ? OMPI_REQUEST_INACTIVE : OMPI_REQUEST_ACTIVE;
     *request = &r->nbc.super;

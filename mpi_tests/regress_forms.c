@@ -27,6 +27,13 @@
  *   local_cross    two fresh communicators, MPI_Iallreduce started on them in one order on
  *                  even ranks and in the other on odd ranks (legal: each communicator sees
  *                  its calls in one order), then MPI_Waitall
+ *   start_order    two persistent allreduces A, B created on a fresh communicator, started B
+ *                  then A, the set-up ending before A's start on some ranks only (they test
+ *                  B for a while first): the calls must run in start order everywhere (A
+ *                  and B were paired across ranks: wrong sums)
+ *   big_item       the first call on a fresh communicator an MPI_Iallreduce of one 2 MiB
+ *                  item (user op): handed back, a correct result (it failed: the set-up
+ *                  found the item larger than the shared-memory slot after the start)
  * With the MPI_T counters found (twohop loaded), the local_* calls must be served by twohop
  * (coll_twohop_nonblocking_calls / _persistent_starts), not handed back.
  * A SIGALRM watchdog (60 s) turns a hang into a failure. Exit 0 and "RESULT: PASS" when every
@@ -325,6 +332,62 @@ static void local_cross(void) {
     MPI_Comm_free(&comm[1]);
 }
 
+static void start_order(void) {
+    scenario = "start_order";
+#ifdef RF_ALLREDUCE_INIT
+    MPI_Comm comm;
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+    int sa = 1, sb = 1000, ra = -1, rb = -1;
+    MPI_Request a, b;
+    check(RF_ALLREDUCE_INIT(&sa, &ra, 1, MPI_INT, MPI_SUM, comm, MPI_INFO_NULL, &a) ==
+              MPI_SUCCESS, "init a");
+    check(RF_ALLREDUCE_INIT(&sb, &rb, 1, MPI_INT, MPI_SUM, comm, MPI_INFO_NULL, &b) ==
+              MPI_SUCCESS, "init b");
+    check(MPI_Start(&b) == MPI_SUCCESS, "start b");
+    if (rank != 0) { /* progress here: these ranks' set-up ends before A starts */
+        int done = 0;
+        const double t0 = MPI_Wtime();
+        while (!done && MPI_Wtime() - t0 < 0.5) MPI_Test(&b, &done, MPI_STATUS_IGNORE);
+    }
+    check(MPI_Start(&a) == MPI_SUCCESS, "start a");
+    check(MPI_Wait(&a, MPI_STATUS_IGNORE) == MPI_SUCCESS, "wait a");
+    check(MPI_Wait(&b, MPI_STATUS_IGNORE) == MPI_SUCCESS, "wait b");
+    check(ra == size && rb == 1000 * size, "results (calls paired out of start order?)");
+    MPI_Request_free(&a);
+    MPI_Request_free(&b);
+    MPI_Comm_free(&comm);
+#endif
+}
+
+/* User op: element-wise int sum over a contiguous datatype of ints. */
+static void int_sum(void *in, void *inout, int *len, MPI_Datatype *dt) {
+    int size_bytes;
+    MPI_Type_size(*dt, &size_bytes);
+    const long n = (long)*len * size_bytes / (long)sizeof(int);
+    for (long i = 0; i < n; i++) ((int *)inout)[i] += ((const int *)in)[i];
+}
+
+static void big_item(void) {
+    scenario = "big_item";
+    enum { N = 1 << 19 }; /* ints: one 2 MiB item */
+    static int in[N], out[N];
+    MPI_Comm comm;
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+    MPI_Datatype big;
+    MPI_Type_contiguous(N, MPI_INT, &big);
+    MPI_Type_commit(&big);
+    MPI_Op op;
+    MPI_Op_create(int_sum, 1, &op);
+    fill(in, N);
+    MPI_Request r;
+    check(MPI_Iallreduce(in, out, 1, big, op, comm, &r) == MPI_SUCCESS, "start");
+    check(MPI_Wait(&r, MPI_STATUS_IGNORE) == MPI_SUCCESS, "wait");
+    check(summed(out, N), "result");
+    MPI_Op_free(&op);
+    MPI_Type_free(&big);
+    MPI_Comm_free(&comm);
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -341,6 +404,8 @@ int main(int argc, char **argv) {
     local_queue();
     local_unused();
     local_cross();
+    start_order();
+    big_item();
     int all = 0;
     MPI_Allreduce(&bad, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (rank == 0) printf("regress_forms: np=%d: %d failure(s)\nRESULT: %s\n", size, all,
