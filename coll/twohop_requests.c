@@ -478,27 +478,27 @@ static int advance_deferred(twohop_module *m, bool wait) {
 static int poll_deferred(void) {
     if (__atomic_load_n(&deferred_head, __ATOMIC_ACQUIRE) == NULL) return 0;
     if (opal_mutex_trylock(&deferred_lock) != 0) return 0;
-    twohop_module *ended = NULL, *release = NULL;
+    twohop_module *release = NULL; /* fibers that ended here: their references, released
+                                      after the lock (a release may destroy the module) */
+    int n = 0;
     twohop_module **pp = &deferred_head;
     while (*pp) {
         twohop_module *m = *pp;
         const int over = advance_deferred(m, false);
-        if (over) {
-            *pp = m->next_deferred;
-            m->next_deferred = over == 2 ? release : ended;
-            if (over == 2) release = m;
-            else ended = m;
-        } else {
+        if (!over) {
             pp = &m->next_deferred;
+            continue;
+        }
+        *pp = m->next_deferred;
+        m->next_deferred = NULL;
+        if (over == 2) {
+            m->next_deferred = release;
+            release = m;
+        } else {
+            ++n;
         }
     }
     opal_mutex_unlock(&deferred_lock);
-    int n = 0;
-    for (; ended; ++n) {
-        twohop_module *m = ended;
-        ended = m->next_deferred;
-        m->next_deferred = NULL;
-    }
     for (; release; ++n) {
         twohop_module *m = release;
         release = m->next_deferred;
@@ -532,36 +532,31 @@ static int create(const void *sbuf, void *rbuf, int count, ompi_datatype_t *dtyp
 static int deferred_request(twohop_module *m, bool persistent, const void *sbuf, void *rbuf,
                             int count, ompi_datatype_t *dtype, ompi_op_t *op,
                             struct ompi_info_t *info, ompi_request_t **request) {
-    twohop_request *r = new_request(m, REQ_PENDING, persistent, sbuf, rbuf, count, dtype, op);
-    if (r == NULL) return OMPI_ERR_OUT_OF_RESOURCE;
     opal_mutex_lock(&m->setup_lock);
     if (m->setup_state == 0) {
         m->setup_fiber = twohop_fiber_new(setup_body, m);
         if (m->setup_fiber == NULL) { /* no stack: the set-up runs here, blocking */
             (void)twohop_module_setup(m, &m->setup_state);
-            opal_mutex_unlock(&m->setup_lock);
-            r->kind = REQ_EMPTY;
-            release_request(r);
-            return create(sbuf, rbuf, count, dtype, op, m->comm, info, request, m, persistent);
+        } else {
+            m->deferred_state = 0;
+            m->setup_state = 2;
+            /* The fiber keeps the communicator (and m) alive until it ends: a request of its
+             * own may hold the last reference, and must not destroy m inside the fiber. */
+            OBJ_RETAIN(m->comm);
+            opal_mutex_lock(&deferred_lock);
+            m->next_deferred = deferred_head;
+            __atomic_store_n(&deferred_head, m, __ATOMIC_RELEASE);
+            opal_mutex_unlock(&deferred_lock);
         }
-        m->deferred_state = 0;
-        m->setup_state = 2;
-        /* The fiber keeps the communicator (and m) alive until it ends: a request of its own
-         * may hold the last reference, and must not destroy m inside the fiber. */
-        OBJ_RETAIN(m->comm);
-        opal_mutex_lock(&deferred_lock);
-        m->next_deferred = deferred_head;
-        __atomic_store_n(&deferred_head, m, __ATOMIC_RELEASE);
-        opal_mutex_unlock(&deferred_lock);
     }
-    if (m->setup_state != 2) { /* ended meanwhile (another thread) */
+    if (m->setup_state != 2) { /* set up now (blocking above, or by another thread): route */
         opal_mutex_unlock(&m->setup_lock);
-        r->kind = REQ_EMPTY;
-        release_request(r);
         return create(sbuf, rbuf, count, dtype, op, m->comm, info, request, m, persistent);
     }
-    if (!persistent) append_pending(m, r); /* started now: waits in start order */
+    twohop_request *r = new_request(m, REQ_PENDING, persistent, sbuf, rbuf, count, dtype, op);
+    if (r != NULL && !persistent) append_pending(m, r); /* started now: waits in start order */
     opal_mutex_unlock(&m->setup_lock);
+    if (r == NULL) return OMPI_ERR_OUT_OF_RESOURCE;
     r->nbc.super.req_state = persistent ? OMPI_REQUEST_INACTIVE : OMPI_REQUEST_ACTIVE;
     *request = &r->nbc.super;
     /* A first turn: posts this rank's first messages. (The caller and r hold m->comm.) */

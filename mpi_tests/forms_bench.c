@@ -13,15 +13,8 @@
 #include <string.h>
 
 #include <mpi.h>
-#if MPI_VERSION < 4 && defined(OPEN_MPI)
-#include <mpi-ext.h>
-#endif
 
-#if MPI_VERSION >= 4
-#define BENCH_ALLREDUCE_INIT MPI_Allreduce_init
-#elif defined(OMPI_HAVE_MPI_EXT_PCOLLREQ) && OMPI_HAVE_MPI_EXT_PCOLLREQ
-#define BENCH_ALLREDUCE_INIT MPIX_Allreduce_init
-#endif
+#include "allreduce_init.h"
 
 static int cmp(const void *a, const void *b) {
     const double x = *(const double *)a, y = *(const double *)b;
@@ -66,8 +59,8 @@ int main(int argc, char **argv) {
         const int iters = iters_arg > 0 ? iters_arg : bytes <= 65536 ? 200 : 40;
         MPI_Request preq = MPI_REQUEST_NULL;
         int forms = 2;
-#ifdef BENCH_ALLREDUCE_INIT
-        BENCH_ALLREDUCE_INIT(in, out, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, MPI_INFO_NULL,
+#ifdef TEST_ALLREDUCE_INIT
+        TEST_ALLREDUCE_INIT(in, out, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, MPI_INFO_NULL,
                              &preq);
         forms = 3;
 #endif

@@ -54,15 +54,7 @@
 #include "twohop_half.h"
 #include "twohop_pvars.h"
 
-/* The persistent allreduce of this MPI (MPI 4, or Open MPI 4.1's pcollreq extension). */
-#if MPI_VERSION >= 4
-#define HALF_ALLREDUCE_INIT MPI_Allreduce_init
-#elif defined(OPEN_MPI)
-#include <mpi-ext.h>
-#if defined(OMPI_HAVE_MPI_EXT_PCOLLREQ) && OMPI_HAVE_MPI_EXT_PCOLLREQ
-#define HALF_ALLREDUCE_INIT MPIX_Allreduce_init
-#endif
-#endif
+#include "allreduce_init.h"
 
 static int rank, size, failures, calls;
 static bool device, nonblocking, persistent, enqueue;
@@ -73,9 +65,9 @@ static bool device, nonblocking, persistent, enqueue;
 static int reduce_call(const void *in, void *out, int n, MPI_Datatype t, MPI_Op op) {
     MPI_Request r;
     int rc;
-#ifdef HALF_ALLREDUCE_INIT
+#ifdef TEST_ALLREDUCE_INIT
     if (persistent) {
-        rc = HALF_ALLREDUCE_INIT(in, out, n, t, op, MPI_COMM_WORLD, MPI_INFO_NULL, &r);
+        rc = TEST_ALLREDUCE_INIT(in, out, n, t, op, MPI_COMM_WORLD, MPI_INFO_NULL, &r);
         const int starts = in == MPI_IN_PLACE ? 1 : 2; /* in place: the input is gone */
         for (int k = 0; k < starts && rc == MPI_SUCCESS; k++) {
             rc = MPI_Start(&r);
@@ -418,7 +410,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--nonblocking")) nonblocking = true;
         else if (!strcmp(argv[i], "--enqueue")) enqueue = device = true;
         else if (!strcmp(argv[i], "--persistent")) {
-#ifdef HALF_ALLREDUCE_INIT
+#ifdef TEST_ALLREDUCE_INIT
             persistent = true;
 #else
             fprintf(stderr, "half_allreduce: this MPI has no persistent allreduce\n");

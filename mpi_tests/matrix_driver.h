@@ -58,17 +58,10 @@ struct options {
 
 enum { FORM_BLOCKING, FORM_NONBLOCKING, FORM_PERSISTENT };
 
-/*
- * The persistent allreduce of this MPI: MPI_Allreduce_init (MPI 4), Open MPI 4.1's
- * MPIX_Allreduce_init (pcollreq extension); MATRIX_ALLREDUCE_INIT undefined when neither.
- */
-#if MPI_VERSION >= 4
-#define MATRIX_ALLREDUCE_INIT MPI_Allreduce_init
-#elif defined(OPEN_MPI)
-#include <mpi-ext.h>
-#if defined(OMPI_HAVE_MPI_EXT_PCOLLREQ) && OMPI_HAVE_MPI_EXT_PCOLLREQ
-#define MATRIX_ALLREDUCE_INIT MPIX_Allreduce_init
-#endif
+/* The persistent allreduce of this MPI (allreduce_init.h); undefined when it has none. */
+#include "allreduce_init.h"
+#ifdef TEST_ALLREDUCE_INIT
+#define MATRIX_ALLREDUCE_INIT TEST_ALLREDUCE_INIT
 #endif
 
 /* One communicator shape of the matrix. */

@@ -46,10 +46,8 @@
 #include <unistd.h>
 
 #include <mpi.h>
-#if MPI_VERSION < 4 && defined(OPEN_MPI)
-#include <mpi-ext.h>
-#endif
 
+#include "allreduce_init.h"
 #include "twohop_pvars.h"
 
 static int rank, size, bad;
@@ -141,10 +139,8 @@ static void signature(void) {
         if (form == 0) {
             rc = MPI_Iallreduce(in, out, cnt, t, MPI_MAX, c, &q);
         } else {
-#if MPI_VERSION >= 4
-            rc = MPI_Allreduce_init(in, out, cnt, t, MPI_MAX, c, MPI_INFO_NULL, &q);
-#elif defined(OMPI_HAVE_MPI_EXT_PCOLLREQ) && OMPI_HAVE_MPI_EXT_PCOLLREQ
-            rc = MPIX_Allreduce_init(in, out, cnt, t, MPI_MAX, c, MPI_INFO_NULL, &q);
+#ifdef TEST_ALLREDUCE_INIT
+            rc = TEST_ALLREDUCE_INIT(in, out, cnt, t, MPI_MAX, c, MPI_INFO_NULL, &q);
 #else
             rc = MPI_Iallreduce(in, out, cnt, t, MPI_MAX, c, &q);
 #endif
@@ -188,13 +184,6 @@ static void erroneous(void) {
     MPI_Comm_free(&c);
 }
 
-/* The persistent allreduce of this MPI (MPI 4, Open MPI 4.1's pcollreq), if any. */
-#if MPI_VERSION >= 4
-#define RF_ALLREDUCE_INIT MPI_Allreduce_init
-#elif defined(OMPI_HAVE_MPI_EXT_PCOLLREQ) && OMPI_HAVE_MPI_EXT_PCOLLREQ
-#define RF_ALLREDUCE_INIT MPIX_Allreduce_init
-#endif
-
 static struct twohop_pvars pv;
 
 /* Rank 0 tells every other rank it has started (after its start returned). */
@@ -225,8 +214,8 @@ static void local_start(int persistent) {
         check(MPI_Wait(&r, MPI_STATUS_IGNORE) == MPI_SUCCESS, "wait");
         check(summed(out, N), "result");
     } else {
-#ifdef RF_ALLREDUCE_INIT
-        check(RF_ALLREDUCE_INIT(in, out, N, MPI_INT, MPI_SUM, comm, MPI_INFO_NULL, &r) ==
+#ifdef TEST_ALLREDUCE_INIT
+        check(TEST_ALLREDUCE_INIT(in, out, N, MPI_INT, MPI_SUM, comm, MPI_INFO_NULL, &r) ==
                   MPI_SUCCESS, "init");
         token_after_start();
         for (int k = 0; k < 3; k++) {
@@ -246,7 +235,7 @@ static void local_start(int persistent) {
     const struct twohop_counts c1 = twohop_pvars_read(&pv);
     if (pv.found && !pv.pmpi) { /* the component (the PMPI library hands these calls on) */
         check(c1.fallback == c0.fallback, "handed back instead of served by twohop");
-#ifdef RF_ALLREDUCE_INIT
+#ifdef TEST_ALLREDUCE_INIT
         const unsigned long long want = 3;
 #else
         const unsigned long long want = 0;
@@ -301,12 +290,12 @@ static void local_queue(void) {
 
 static void local_unused(void) {
     scenario = "local_unused";
-#ifdef RF_ALLREDUCE_INIT
+#ifdef TEST_ALLREDUCE_INIT
     int in = rank, out = 0;
     MPI_Comm comm;
     MPI_Comm_dup(MPI_COMM_WORLD, &comm);
     MPI_Request r;
-    check(RF_ALLREDUCE_INIT(&in, &out, 1, MPI_INT, MPI_SUM, comm, MPI_INFO_NULL, &r) ==
+    check(TEST_ALLREDUCE_INIT(&in, &out, 1, MPI_INT, MPI_SUM, comm, MPI_INFO_NULL, &r) ==
               MPI_SUCCESS, "init");
     check(MPI_Request_free(&r) == MPI_SUCCESS, "free");
     MPI_Comm_free(&comm);
@@ -336,14 +325,14 @@ static void local_cross(void) {
 
 static void start_order(void) {
     scenario = "start_order";
-#ifdef RF_ALLREDUCE_INIT
+#ifdef TEST_ALLREDUCE_INIT
     MPI_Comm comm;
     MPI_Comm_dup(MPI_COMM_WORLD, &comm);
     int sa = 1, sb = 1000, ra = -1, rb = -1;
     MPI_Request a, b;
-    check(RF_ALLREDUCE_INIT(&sa, &ra, 1, MPI_INT, MPI_SUM, comm, MPI_INFO_NULL, &a) ==
+    check(TEST_ALLREDUCE_INIT(&sa, &ra, 1, MPI_INT, MPI_SUM, comm, MPI_INFO_NULL, &a) ==
               MPI_SUCCESS, "init a");
-    check(RF_ALLREDUCE_INIT(&sb, &rb, 1, MPI_INT, MPI_SUM, comm, MPI_INFO_NULL, &b) ==
+    check(TEST_ALLREDUCE_INIT(&sb, &rb, 1, MPI_INT, MPI_SUM, comm, MPI_INFO_NULL, &b) ==
               MPI_SUCCESS, "init b");
     check(MPI_Start(&b) == MPI_SUCCESS, "start b");
     if (rank != 0) { /* progress here: these ranks' set-up ends before A starts */
