@@ -59,8 +59,13 @@ TWOHOP_HALF_FN uint16_t twohop_f32_to_bf16(float f) {
 }
 
 /* binary16 -> binary32 (exact). Written with selects, not branches, so that loops over it
- * vectorise. */
+ * vectorise. In device code, the GPU's conversion instruction (PTX cvt.f32.f16, exact). */
 TWOHOP_HALF_FN float twohop_f16_to_f32(uint16_t h) {
+#if defined(__CUDA_ARCH__)
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+#else
     const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     const uint32_t em = h & 0x7fffu;                   /* exponent and fraction */
     uint32_t u = (em << 13) + 0x38000000u;             /* normal: rebias by 127 - 15 */
@@ -69,11 +74,19 @@ TWOHOP_HALF_FN float twohop_f16_to_f32(uint16_t h) {
     const uint32_t sub = twohop_f32_bits((float)(int32_t)em * 5.9604644775390625e-08f);
     u = em < 0x0400u ? sub : u;
     return twohop_bits_f32(u | sign);
+#endif
 }
 
 /* binary32 -> binary16, round to nearest even; NaN -> the canonical quiet NaN 0x7e00. With
- * selects, not branches (loops over it vectorise). */
+ * selects, not branches (loops over it vectorise). In device code, the GPU's conversion
+ * instruction (PTX cvt.rn.f16.f32: IEEE round to nearest even, subnormals kept, overflow to
+ * +-Inf), whose canonical NaN (0x7fff) is replaced by 0x7e00. */
 TWOHOP_HALF_FN uint16_t twohop_f32_to_f16(float f) {
+#if defined(__CUDA_ARCH__)
+    unsigned short r;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r) : "f"(f));
+    return (uint16_t)(f != f ? 0x7e00u : r);
+#else
     uint32_t u = twohop_f32_bits(f);
     const uint32_t sign = u & 0x80000000u;
     u ^= sign;
@@ -87,6 +100,7 @@ TWOHOP_HALF_FN uint16_t twohop_f32_to_f16(float f) {
     o = u >= 0x47800000u ? 0x7c00u : o;                /* >= 2^16 or Inf (65520.. rounds up) */
     o |= sign >> 16;
     return (uint16_t)(u > 0x7f800000u ? 0x7e00u : o);  /* NaN */
+#endif
 }
 
 /* One combination (see above); op: 0 sum, 1 prod, 2 max, 3 min. */

@@ -17,6 +17,13 @@
  *   bits      pseudo-random finite values (rounding happens): every rank's result is the same
  *             bit pattern (compared through MPI_BAND and MPI_BOR of the results), for every
  *             type, op and count
+ *   reference every bit pattern of the type (65536) on rank 0 against a partner value on rank 1
+ *             (a random pattern, or one near the first: rounding, ties, cancellation), every
+ *             other rank the op's identity (-0, 1, -Inf, +Inf): the result must be
+ *             twohop_half_math.h's combination of the two, bit for bit, whatever the order
+ *             and topology (MAX/MIN without NaN or two zeros, whose result depends on the order
+ *             by definition). Checks every conversion and rounding of the device kernels
+ *             against the header's host definition.
  *   host op   the ops' host function (MPI_Reduce_local) computes twohop_half_math.h's
  *             combination
  *   derived   bfloat16 inside derived datatypes with the SUM op -- contiguous(4), a vector with
@@ -205,6 +212,56 @@ static void case_special(void) {
         if (out[2] != nzero) fail("special: -0 on every rank did not give -0");
         if (out[3] != (uint16_t)size) fail("special: subnormals were not kept");
     }
+}
+
+/* Every bit pattern against a partner (see the header comment). */
+static void case_reference(void) {
+    enum { N = 2 * 65536 };
+    const MPI_Op bases[4] = {MPI_SUM, MPI_PROD, MPI_MAX, MPI_MIN};
+    uint16_t *a = malloc(N * 2), *b = malloc(N * 2), *in = malloc(N * 2), *out = malloc(N * 2);
+    for (int kind = 1; kind <= 2; ++kind) {
+        MPI_Datatype t = kind == 1 ? twohop_type_bfloat16() : twohop_type_float16();
+        uint16_t (*combine)(int, uint16_t, uint16_t) =
+            kind == 1 ? twohop_bf16_combine : twohop_f16_combine;
+        const uint16_t expmask = kind == 1 ? 0x7f80 : 0x7c00, near = kind == 1 ? 0x03ff : 0x0fff;
+        const uint16_t ident[4] = {0x8000, kind == 1 ? 0x3f80 : 0x3c00, 0x8000 | expmask, expmask};
+        for (int h = 0; h < 4; ++h) {
+            MPI_Op op = twohop_half_op(bases[h], t);
+            uint32_t x = 12345u + (uint32_t)(kind * 4 + h); /* the same on every rank */
+            for (int i = 0; i < N; ++i) {
+                x = x * 1664525u + 1013904223u;
+                a[i] = (uint16_t)i;
+                /* first half: a random pattern; second: near a[i] (low fraction and exponent
+                 * bits flipped, sign at random: rounding, ties, cancellation) */
+                b[i] = i < 65536 ? (uint16_t)(x >> 16)
+                                 : (uint16_t)(a[i] ^ ((x >> 16) & near) ^ ((x & 1) << 15));
+                if (h >= 2) { /* order-dependent by definition: no NaN, no two zeros */
+                    const int nan_a = (a[i] & expmask) == expmask && (a[i] & ~(expmask | 0x8000));
+                    const int nan_b = (b[i] & expmask) == expmask && (b[i] & ~(expmask | 0x8000));
+                    if (nan_a) a[i] = (uint16_t)(a[i] & 0x8000);
+                    if (nan_b) b[i] = (uint16_t)(b[i] & 0x8000) ^ 0x0001;
+                    if (!(a[i] & 0x7fff) && !(b[i] & 0x7fff)) b[i] = a[i];
+                }
+            }
+            for (int i = 0; i < N; ++i) in[i] = rank == 0 ? a[i] : rank == 1 ? b[i] : ident[h];
+            if (allreduce(in, out, N, t, op, false) != MPI_SUCCESS) fail("reference: MPI error");
+            for (int i = 0; i < N; ++i) {
+                const uint16_t want = size == 1 ? a[i] : combine(h, a[i], b[i]);
+                if (out[i] != want) {
+                    char msg[160];
+                    snprintf(msg, sizeof msg, "reference: %s op %d: 0x%04x op 0x%04x = 0x%04x, "
+                             "expected 0x%04x", kind == 1 ? "bf16" : "fp16", h, a[i], b[i],
+                             out[i], want);
+                    fail(msg);
+                    break;
+                }
+            }
+        }
+    }
+    free(a);
+    free(b);
+    free(in);
+    free(out);
 }
 
 static void case_bits(void) {
@@ -440,6 +497,7 @@ int main(int argc, char **argv) {
     case_exact();
     case_special();
     case_bits();
+    case_reference();
     case_host_op();
     const struct twohop_counts c1 = twohop_pvars_read(&pv);
     case_derived(); /* after the count: served through the user-op path, not the half kernels */

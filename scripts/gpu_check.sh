@@ -30,6 +30,8 @@
 #          MPI_FLOAT, 8 ranks: twohop against tuned/libnbc in the same run, and twohop's
 #          blocking osu_allreduce beside it); and the three forms of one allreduce in the same
 #          run (mpi_tests/forms_bench, host buffers, 8 and 16 ranks).
+#   node8: one node, 8 ranks on one GPU, device buffers 8 B - 1 MiB (device_allreduce bench)
+#          against the same-run HBM bound (every rank copying n bytes device-to-device at once).
 #   host: the host-memory table (scripts/bench_table.sh: twohop, tuned, han, two virtual nodes,
 #         copy bound) at 8 and 16 ranks, as docs/perf.md's 16-core section.
 #   mpich: MPICH instead of Open MPI, host buffers: build the PMPI library against Debian 12's
@@ -120,6 +122,17 @@ mkdir -p $mps/pipe $mps/log
 export CUDA_MPS_PIPE_DIRECTORY=$mps/pipe CUDA_MPS_LOG_DIRECTORY=$mps/log
 nvidia-cuda-mps-control -d && echo "gpu_check: MPS started"
 trap 'echo quit | nvidia-cuda-mps-control; echo "gpu_check: MPS stopped"' EXIT
+
+# --- mode node8: the single-node GPU path's small sizes against the same-run bound.
+if [[ $mode == node8 ]]; then
+    for np in 8 4; do
+        CUDA_VISIBLE_DEVICES=0 bash mpi_tests/run_mpi.sh -n $np -b "$build" -t "${RUN_TIMEOUT:-300}" -- \
+            "$build/mpi_tests/device_allreduce" bench --max 1048576 >"$out/node_np$np.txt" 2>&1
+        echo "== one node, $np ranks on one GPU, device buffers"
+        grep -E "^#|^ *[0-9b]" "$out/node_np$np.txt"
+    done
+    exit 0
+fi
 
 # --- mode host: host buffers on the 16-core machine, the table of docs/perf.md's 16-core
 # section (under MPS as the GPU checks, no GPU work).
