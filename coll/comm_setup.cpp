@@ -250,6 +250,7 @@ void clean_stale_once(const twohop_host &h, uint64_t pidns) {
 } // namespace
 
 twohop_comm::~twohop_comm() {
+    gpu_node_log_phases(this);
     // Stream-ordered calls still on the GPU read and write the shared segment: let them end.
     const bool drained = gpu_enqueue_drain(this) == TWOHOP_OK;
     if (!cancel_transfers()) quarantined = true;

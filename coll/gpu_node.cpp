@@ -443,6 +443,16 @@ int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_us
     const int me = c->topo.local_rank;
     const uint64_t s = ++c->seq;
     RankFlags &mine = c->shm.flags(me);
+    // Phase clock (verbose >= 2): tick(k) adds the time since the previous tick to phase k.
+    const bool clocked = c->verbose >= 2;
+    double ph[5] = {0, 0, 0, 0, 0};
+    auto t = clocked ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+    auto tick = [&](int k) {
+        if (!clocked) return;
+        const auto now = std::chrono::steady_clock::now();
+        ph[k] += std::chrono::duration<double, std::micro>(now - t).count();
+        t = now;
+    };
 
     // Round 1: my descriptor. My input must be complete before peers' kernels read it.
     GpuDesc d;
@@ -461,15 +471,18 @@ int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_us
     char *recv_stage = static_cast<char *>(c->gpu_staging[1].ptr);
     if (!cuda::sync_input(device)) d.can = 0;
     if (d.can && stage_in && !cuda::copy(send_stage, in.device, bytes)) d.can = 0;
+    tick(0);
     publish_desc(c, d, s);
     if (!d.can) return vote_no(c, s);
     if ((rc = c->wait_all(&RankFlags::desc_seq, s)) != TWOHOP_OK) return rc;
+    tick(1);
 
     // Round 2: can I reach every peer's GPU, and can every peer?
     GpuDesc peer[TWOHOP_GPU_MAX_RANKS];
     bool one_device = true, all = true;
     if ((rc = vote_round(c, d, device, s, peer, &one_device, &all)) != TWOHOP_OK) return rc;
     if (!all) return decline(c, s); // everyone takes the host path
+    tick(2);
 
     if (c->topo.n_nodes() > 1) { // hop 1 and hop 3 only: the pipeline enqueues them per segment (gpu_hop1_post, gpu_hop3_post)
         if ((rc = activate_hop1(c, peer, device, one_device,
@@ -496,15 +509,34 @@ int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_us
     if (!cuda::launch_and_wait(device, kernel_name(red.dtype, red.op), &a, sizeof(a), a.n)) {
         return gpu_error(c, "the reduction kernel failed on local rank", me);
     }
+    tick(3);
     mine.reduced.store(s, std::memory_order_release);
     if ((rc = c->wait_all(&RankFlags::reduced, s)) != TWOHOP_OK) return rc;
+    tick(4);
     if (stage_out && !cuda::copy(out.device, recv_stage, bytes)) {
         return gpu_error(c, "copying the result out of twohop's device staging on local rank", me);
     }
     mine.done.store(s, std::memory_order_release);
     *taken = true;
     g_gpu_calls.fetch_add(1, std::memory_order_relaxed);
+    if (clocked) {
+        for (int k = 0; k < 5; ++k) c->gpu_clock.us[k] += ph[k];
+        c->gpu_clock.calls++;
+    }
     return TWOHOP_OK;
+}
+
+void gpu_node_log_phases(twohop_comm *c) {
+    const GpuPathClock &k = c->gpu_clock;
+    if (!k.calls) return;
+    const double n = static_cast<double>(k.calls);
+    char msg[320];
+    std::snprintf(msg, sizeof(msg),
+                  "GPU path: %llu calls, mean us per call on the calling thread: input sync "
+                  "%.2f, descriptor round %.2f, vote round %.2f, kernel %.2f, completion round "
+                  "%.2f", static_cast<unsigned long long>(k.calls), k.us[0] / n, k.us[1] / n,
+                  k.us[2] / n, k.us[3] / n, k.us[4] / n);
+    c->host.log(2, msg);
 }
 
 namespace {

@@ -46,6 +46,22 @@ struct GpuStaging {
 };
 
 /*
+ * Where the single-node GPU path's calls spent their time on the calling thread (verbose >= 2
+ * only; logged once at the communicator's end, verbose 2): microseconds summed over `calls`
+ * calls taken on the GPU path, per phase: [0] waiting for the application's work on the legacy
+ * stream (the input), [1] the descriptor round (every local rank's buffers), [2] the vote
+ * round, [3] the kernel (launch and stream synchronisation), [4] the completion round (every
+ * local rank's kernel done).
+ */
+struct GpuPathClock {
+    double us[5] = {0, 0, 0, 0, 0};
+    uint64_t calls = 0;
+};
+
+/* Logs c->gpu_clock (verbose 2) when calls were clocked. */
+void gpu_node_log_phases(twohop_comm *c);
+
+/*
  * Runs the decision rounds and, when every local rank can, the GPU path. *taken tells whether
  * the call was done here (else the caller runs the host path). Returns a twohop_status.
  */

@@ -126,6 +126,9 @@ static int allreduce(const uint16_t *in, uint16_t *out, int n, MPI_Datatype t, M
         }
         cudaMemcpy(din, in, (size_t)n * 2, cudaMemcpyHostToDevice);
         cudaMemcpy(dout, out, (size_t)n * 2, cudaMemcpyHostToDevice);
+        /* A copy from pageable memory may return before its DMA ends; the stream of --enqueue
+         * is not ordered after the legacy stream: the inputs must be in place first. */
+        cudaDeviceSynchronize();
         const int rc = reduce_call(in_place ? MPI_IN_PLACE : din, dout, n, t, op);
         cudaMemcpy(out, dout, (size_t)n * 2, cudaMemcpyDeviceToHost);
         cudaFree(din);

@@ -131,6 +131,13 @@ if [[ $mode == node8 ]]; then
         echo "== one node, $np ranks on one GPU, device buffers"
         grep -E "^#|^ *[0-9b]" "$out/node_np$np.txt"
     done
+    # Where the calling thread spends a GPU-path call (verbose 2: the mean per phase, logged at
+    # the communicator's end), 8 ranks, 8 B - 8 KiB.
+    CUDA_VISIBLE_DEVICES=0 bash mpi_tests/run_mpi.sh -n 8 -b "$build" -t "${RUN_TIMEOUT:-300}" \
+        -m coll_twohop_verbose=2 -- "$build/mpi_tests/device_allreduce" bench --max 8192 \
+        >"$out/node_np8_phases.txt" 2>&1
+    echo "== GPU path phases, 8 ranks, 8 B - 8 KiB"
+    grep -E "GPU path: [0-9]+ calls" "$out/node_np8_phases.txt" | head -8
     exit 0
 fi
 
