@@ -18,12 +18,14 @@
 #ifndef TWOHOP_GPU_NODE_H
 #define TWOHOP_GPU_NODE_H
 
+#include <array>
 #include <cstdint>
 #include <utility>
 #include <vector>
 
 #include "cuda_driver.h"
 #include "doorbell_ring.h"
+#include "gpu_kernel_list.h"
 #include "reducer.h"
 #include "twohop_core.h"
 
@@ -47,15 +49,28 @@ struct GpuStaging {
 
 /*
  * Where the single-node GPU path's calls spent their time on the calling thread (verbose >= 2
- * only; logged once at the communicator's end, verbose 2): microseconds summed over `calls`
- * calls taken on the GPU path, per phase: [0] waiting for the application's work on the legacy
- * stream (the input), [1] the descriptor round (every local rank's buffers), [2] the vote
- * round, [3] the kernel (launch and stream synchronisation), [4] the completion round (every
- * local rank's kernel done).
+ * only; logged once at the communicator's end, verbose 2, as the median of each phase over the
+ * calls taken on the GPU path, the first 65536 of them): [0] waiting for the application's
+ * work on the legacy stream (the input), [1] the descriptor round (every local rank's
+ * buffers), [2] the vote round, [3] the kernel (arguments, launch and stream
+ * synchronisation), [4] the completion round (every local rank's kernel done). Microseconds.
  */
 struct GpuPathClock {
-    double us[5] = {0, 0, 0, 0, 0};
-    uint64_t calls = 0;
+    std::vector<std::array<float, 5>> calls;
+};
+
+/*
+ * The last vote round that ended with every local rank able (GPU path or GPU hop 1): every
+ * local rank's buffer GPU (PCI bus id) and the call form. A later call whose descriptors show
+ * the same GPUs and form, every rank able, skips the vote round: each rank's vote is a
+ * function of those descriptors alone, every local rank reads the same ones and updates this
+ * record at the same calls, so all of them skip alike.
+ */
+struct GpuVoteCache {
+    bool valid = false;
+    bool one_device = false;
+    uint32_t enqueue = 0;
+    char pci[TWOHOP_GPU_MAX_RANKS][32] = {};
 };
 
 /* Logs c->gpu_clock (verbose 2) when calls were clocked. */
