@@ -291,20 +291,11 @@ int vote_round(twohop_comm *c, const GpuDesc &d, int device, uint64_t s, GpuDesc
     *one_device = true;
     // Kernels read every local rank's buffer over the same range: the sizes must agree (every
     // rank compares all descriptors, so all of them see a mismatch).
-    GpuVoteCache &vc = c->gpu_vote_cache;
-    bool same = vc.valid && vc.enqueue == d.enqueue;
     for (int l = 0; l < L; ++l) {
         std::memcpy(&peer[l], c->shm.desc(l), sizeof(GpuDesc));
         if (peer[l].msg_bytes != d.msg_bytes || peer[l].item_bytes != d.item_bytes) {
             return TWOHOP_ERR_MISMATCH;
         }
-        same = same && peer[l].can && peer[l].enqueue == vc.enqueue &&
-               std::memcmp(peer[l].pci, vc.pci[l], sizeof(vc.pci[l])) == 0;
-    }
-    if (same) { // every local rank decides alike from these descriptors: as last time
-        *one_device = vc.one_device;
-        *all = true;
-        return TWOHOP_OK;
     }
     for (int l = 0; ok && l < L; ++l) {
         if (!peer[l].can) {
@@ -344,12 +335,6 @@ int vote_round(twohop_comm *c, const GpuDesc &d, int device, uint64_t s, GpuDesc
         const int rc = c->wait_for(c->shm.flags(l).vote, s << 1);
         if (rc != TWOHOP_OK) return rc;
         *all = *all && (c->shm.flags(l).vote.load(std::memory_order_acquire) & 1);
-    }
-    vc.valid = *all;
-    if (*all) {
-        vc.one_device = *one_device;
-        vc.enqueue = d.enqueue;
-        for (int l = 0; l < L; ++l) std::memcpy(vc.pci[l], peer[l].pci, sizeof(vc.pci[l]));
     }
     return TWOHOP_OK;
 }

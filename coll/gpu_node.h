@@ -25,7 +25,6 @@
 
 #include "cuda_driver.h"
 #include "doorbell_ring.h"
-#include "gpu_kernel_list.h"
 #include "reducer.h"
 #include "twohop_core.h"
 
@@ -57,20 +56,6 @@ struct GpuStaging {
  */
 struct GpuPathClock {
     std::vector<std::array<float, 5>> calls;
-};
-
-/*
- * The last vote round that ended with every local rank able (GPU path or GPU hop 1): every
- * local rank's buffer GPU (PCI bus id) and the call form. A later call whose descriptors show
- * the same GPUs and form, every rank able, skips the vote round: each rank's vote is a
- * function of those descriptors alone, every local rank reads the same ones and updates this
- * record at the same calls, so all of them skip alike.
- */
-struct GpuVoteCache {
-    bool valid = false;
-    bool one_device = false;
-    uint32_t enqueue = 0;
-    char pci[TWOHOP_GPU_MAX_RANKS][32] = {};
 };
 
 /* Logs c->gpu_clock (verbose 2) when calls were clocked. */

@@ -45,7 +45,6 @@ struct Driver {
     CUresult (*device_get)(CUdevice *, int);
     CUresult (*primary_ctx_retain)(CUcontext *, CUdevice);
     CUresult (*stream_synchronize)(CUstream);
-    CUresult (*stream_query)(CUstream);
     CUresult (*memcpy_async)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
     CUresult (*event_create)(CUevent *, unsigned int);
     CUresult (*event_record)(CUevent, CUstream);
@@ -97,7 +96,6 @@ void do_load() {
                sym(h, "cuDeviceGet", &g_drv.device_get) &&
                sym(h, "cuDevicePrimaryCtxRetain", &g_drv.primary_ctx_retain) &&
                sym(h, "cuStreamSynchronize", &g_drv.stream_synchronize) &&
-               sym(h, "cuStreamQuery", &g_drv.stream_query) &&
                sym(h, "cuMemGetAddressRange_v2", &g_drv.mem_get_address_range) &&
                sym(h, "cuIpcGetMemHandle", &g_drv.ipc_get_mem_handle) &&
                sym(h, "cuIpcOpenMemHandle_v2", &g_drv.ipc_open_mem_handle) &&
@@ -507,12 +505,7 @@ void host_unregister(int device, void *p) {
 
 bool sync_input(int device) {
     CtxScope ctx(device);
-    if (!ctx.ok()) return false;
-    // Most calls find the legacy stream idle: a query answers that for less than a
-    // synchronisation (measured under MPS, 8 ranks: docs/perf.md, "single node, small sizes").
-    const CUresult q = g_drv.stream_query(CU_STREAM_LEGACY);
-    if (q == CUDA_SUCCESS) return true;
-    return q == CUDA_ERROR_NOT_READY && g_drv.stream_synchronize(CU_STREAM_LEGACY) == CUDA_SUCCESS;
+    return ctx.ok() && g_drv.stream_synchronize(CU_STREAM_LEGACY) == CUDA_SUCCESS;
 }
 
 bool copy_async(int device, void *dst, const void *src, std::size_t n, void *stream) {
