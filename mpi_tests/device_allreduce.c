@@ -7,7 +7,8 @@
  *          kinds device, managed, pinned host, stream-ordered pool (default and custom): every
  *          kind as send and receive buffer, send and receive of different kinds, ranks with
  *          different kinds, in place, counts 1, 3, 1023 and 300001 (not multiples of 16 bytes),
- *          MPI_INT and MPI_FLOAT sums and MPI_DOUBLE max with exact values, a buffer freed and
+ *          MPI_INT, MPI_FLOAT, bfloat16 and float16 (include/twohop_half.h) sums and
+ *          MPI_DOUBLE max with exact values, a buffer freed and
  *          re-allocated (often at the same address) with new contents between calls; with
  *          --expect-twohop the MPI_T counters must show twohop served every call; with
  *          --expect-gpu (one node, GPUs that reach each other) the GPU path must serve exactly
@@ -40,6 +41,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "twohop_half.h"
 #include "twohop_pvars.h"
 #if MPI_VERSION < 4 && defined(OPEN_MPI)
 #include <mpi-ext.h>
@@ -117,19 +119,31 @@ static void free_kind(enum kind k, void *p) {
     }
 }
 
-/* Value of element i on rank r, exact in float and double. */
-static int val(int r, long i, int salt) { return (r + 1) * 3 + (int)(i % 13) + salt; }
+/* Value of element i on rank r, exact in float and double; for the half-precision types small
+ * integers whose sums over 16 ranks stay exact in bfloat16 (at most 256). */
+static MPI_Datatype t_bf16, t_f16;
+static bool is_half(MPI_Datatype t) { return t == t_bf16 || t == t_f16; }
+static int val_t(MPI_Datatype t, int r, long i, int salt) {
+    if (is_half(t)) return (r % 4) + (int)(i % 5) + salt % 3 - 3;
+    return (r + 1) * 3 + (int)(i % 13) + salt;
+}
+static const char *type_name(MPI_Datatype t) {
+    return t == MPI_INT ? "int" : t == MPI_FLOAT ? "float" : t == MPI_DOUBLE ? "double"
+         : t == t_bf16  ? "bfloat16" : "float16";
+}
 
 /* One allreduce of `n` elements of type t (MPI_INT/MPI_FLOAT sum, MPI_DOUBLE max). */
 static void one_case(enum kind ks, enum kind kr, MPI_Datatype t, long n, bool inplace, int salt,
                      bool uniform) {
-    const size_t es = t == MPI_DOUBLE ? 8 : 4;
+    const size_t es = t == MPI_DOUBLE ? 8 : is_half(t) ? 2 : 4;
     const size_t bytes = (size_t)n * es;
     char *h = malloc(bytes + 1), *back = malloc(bytes + 1);
     for (long i = 0; i < n; i++) {
-        int v = val(rank, i, salt);
+        int v = val_t(t, rank, i, salt);
         if (t == MPI_INT) ((int *)h)[i] = v;
         else if (t == MPI_FLOAT) ((float *)h)[i] = (float)v;
+        else if (t == t_bf16) ((uint16_t *)h)[i] = twohop_f32_to_bf16((float)v);
+        else if (t == t_f16) ((uint16_t *)h)[i] = twohop_f32_to_f16((float)v);
         else ((double *)h)[i] = (double)v;
     }
     void *rbase = alloc_kind(kr, bytes + 64), *sbase = inplace ? NULL : alloc_kind(ks, bytes + 64);
@@ -146,7 +160,7 @@ static void one_case(enum kind ks, enum kind kr, MPI_Datatype t, long n, bool in
                 inplace ? "-" : kind_name[ks], kind_name[kr], n, inplace);
     }
     struct twohop_counts c0 = twohop_pvars_read(&pv);
-    MPI_Op op = t == MPI_DOUBLE ? MPI_MAX : MPI_SUM;
+    MPI_Op op = t == MPI_DOUBLE ? MPI_MAX : is_half(t) ? twohop_half_op(MPI_SUM, t) : MPI_SUM;
     int rc = allreduce_form(inplace ? MPI_IN_PLACE : s, r, (int)n, t, op, MPI_COMM_WORLD);
     struct twohop_counts c1 = twohop_pvars_read(&pv);
     CK(cudaMemcpy(back, r, bytes, cudaMemcpyDefault));
@@ -154,17 +168,20 @@ static void one_case(enum kind ks, enum kind kr, MPI_Datatype t, long n, bool in
     for (long i = 0; i < n && rc == MPI_SUCCESS; i++) {
         long want = 0;
         for (int q = 0; q < size; q++) {
-            int v = val(q, i, salt);
+            int v = val_t(t, q, i, salt);
             want = t == MPI_DOUBLE ? (v > want ? v : want) : want + v;
         }
-        double got = t == MPI_INT ? ((int *)back)[i]
-                                  : t == MPI_FLOAT ? ((float *)back)[i] : ((double *)back)[i];
+        double got = t == MPI_INT      ? ((int *)back)[i]
+                     : t == MPI_FLOAT  ? ((float *)back)[i]
+                     : t == t_bf16     ? twohop_bf16_to_f32(((uint16_t *)back)[i])
+                     : t == t_f16      ? twohop_f16_to_f32(((uint16_t *)back)[i])
+                                       : ((double *)back)[i];
         if (got != (double)want) bad++;
     }
     if (rc != MPI_SUCCESS || bad) {
         printf("FAIL rank %d: send %s recv %s %s n=%ld inplace=%d: rc %d, %ld wrong\n", rank,
                inplace ? "-" : kind_name[ks], kind_name[kr],
-               t == MPI_INT ? "int" : t == MPI_FLOAT ? "float" : "double", n, inplace, rc, bad);
+               type_name(t), n, inplace, rc, bad);
         failures++;
     }
     const unsigned long long served = g_form == FORM_NONBLOCKING ? c1.nonblocking - c0.nonblocking
@@ -194,11 +211,11 @@ static int check(bool expect_twohop) {
         return 1;
     }
     const long counts[] = {1, 3, 1023, 300001};
-    const MPI_Datatype types[] = {MPI_INT, MPI_FLOAT, MPI_DOUBLE};
+    const MPI_Datatype types[] = {MPI_INT, MPI_FLOAT, MPI_DOUBLE, t_bf16, t_f16};
     int cases = 0;
     for (int k = 0; k < K_COUNT; k++) { /* every kind, same on every rank, in place and not */
         for (int c = 0; c < 4; c++) {
-            for (int t = 0; t < 3; t++) {
+            for (int t = 0; t < 5; t++) {
                 one_case(k, k, types[t], counts[c], false, c + t, true);
                 one_case(k, k, types[t], counts[c], true, c + t + 1, true);
                 cases += 2;
@@ -423,6 +440,8 @@ int main(int argc, char **argv) {
     props.location.id = dev;
     CK(cudaMemPoolCreate(&custom_pool, &props));
     twohop_pvars_open(&pv);
+    t_bf16 = twohop_type_bfloat16();
+    t_f16 = twohop_type_float16();
     const char *mode = argc > 1 ? argv[1] : "check";
     bool expect = false, stage = false, pinned = false;
     size_t max_bytes = 256u << 20;
