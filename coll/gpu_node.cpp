@@ -77,12 +77,6 @@ bool ensure_staging(GpuStaging *st, int device, uint64_t bytes) {
     return true;
 }
 
-/* A call of `bytes` may synchronise the node inside the kernel (coll_twohop_gpu_kernel_sync_bytes;
- * single-node communicators), if the node's GPUs allow it (kernel_syncs_node). */
-bool syncs_in_kernel(const twohop_comm *c, uint64_t bytes) {
-    return c->gpu_sync_bytes > 0 && bytes <= c->gpu_sync_bytes && c->topo.n_nodes() == 1;
-}
-
 /*
  * Describes buffer p (allocation pi) for the peers, or, when it cannot be exported, twohop's
  * staging buffer `which` (0 input, 1 output) instead, with *staged set. False on failure.
@@ -138,7 +132,7 @@ void describe(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &ou
     // calls and kernels that synchronise the node (gpu_sync_bytes) have the GPU write and wait
     // for the flags there.
     if (enqueue && !cuda::flag_ops_supported(*device)) return;
-    if (c->topo.n_nodes() > 1 || enqueue || syncs_in_kernel(c, bytes)) {
+    if (c->topo.n_nodes() > 1 || enqueue || bytes <= c->gpu_sync_bytes) {
         GpuHop1 &h = c->gpu_hop1;
         char *base = c->shm.desc(0) - c->shm.layout().desc_offset(0);
         if (h.reg_device != *device) {
@@ -157,7 +151,7 @@ void describe(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &ou
             }
         }
     }
-    if (syncs_in_kernel(c, bytes)) { // the kernel's block counter
+    if (c->topo.n_nodes() == 1 && bytes <= c->gpu_sync_bytes) { // the kernel's block counter
         GpuSyncCount &k = c->gpu_sync_count;
         if (k.device != *device) {
             if (k.ptr) cuda::device_free(k.device, k.ptr);
@@ -576,7 +570,7 @@ int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_us
     // that kernel, launched on the legacy stream, starts after my input is complete, so the
     // host does not wait for it. Otherwise my input is complete before my vote, i.e. before
     // any peer launches a kernel that reads it.
-    const bool may_sync_in_kernel = syncs_in_kernel(c, bytes);
+    const bool may_sync_in_kernel = c->topo.n_nodes() == 1 && bytes <= c->gpu_sync_bytes;
     if (!may_sync_in_kernel && !cuda::sync_input(device)) d.can = 0;
     if (d.can && stage_in && !cuda::copy(send_stage, in.device, bytes)) d.can = 0;
     tick(0);
@@ -611,9 +605,9 @@ int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_us
         char msg[320];
         std::snprintf(msg, sizeof(msg),
                       "GPU path: seq %llu, %llu elements, staged in %d out %d, vector %d, "
-                      "node synchronised in the kernel %d, in[0] %p out[0] %p in[1] %p out[1] %p",
-                      static_cast<unsigned long long>(s), static_cast<unsigned long long>(a.n),
-                      stage_in, stage_out, a.vec, in_kernel, a.in[0], a.out[0], a.in[1], a.out[1]);
+                      "in[0] %p out[0] %p in[1] %p out[1] %p", static_cast<unsigned long long>(s),
+                      static_cast<unsigned long long>(a.n), stage_in, stage_out, a.vec, a.in[0],
+                      a.out[0], a.in[1], a.out[1]);
         c->host.log(3, msg);
     }
     if (in_kernel) {
