@@ -419,7 +419,6 @@ CUstream own_stream(int device) {
 
 bool launch(int device, const char *name, const void *args, std::size_t arg_bytes,
             unsigned long long n, void *stream) {
-    if (n == 0) return true;
     return launch_blocks(device, name, args, arg_bytes, n, stream, 4096);
 }
 
@@ -449,9 +448,9 @@ bool launch_blocks(int device, const char *name, const void *args, std::size_t a
     }
     CUstream st = stream ? static_cast<CUstream>(stream) : own_stream(device);
     if (st == nullptr) return false;
+    if (n == 0) return true;
     const unsigned block = 256;
     unsigned long long blocks = (n + block - 1) / block;
-    if (blocks == 0) blocks = 1; // n == 0: the kernel may still have work (node synchronisation)
     if (blocks > max_blocks) blocks = max_blocks; // grid-stride loop covers the rest
     void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<void *>(args),
                      CU_LAUNCH_PARAM_BUFFER_SIZE, &arg_bytes, CU_LAUNCH_PARAM_END};

@@ -87,8 +87,7 @@ bool kernels_available();
  */
 bool launch(int device, const char *name, const void *args, std::size_t arg_bytes,
             unsigned long long n, void *stream = nullptr);
-/* launch with at most max_blocks blocks of 256 threads (the kernels loop over the rest) and
- * at least one, also for n == 0 (launch enqueues nothing then). */
+/* launch with at most max_blocks blocks of 256 threads (the kernels loop over the rest). */
 bool launch_blocks(int device, const char *name, const void *args, std::size_t arg_bytes,
                    unsigned long long n, void *stream, unsigned max_blocks);
 /* launch, then waits for twohop's stream on `device`. */
