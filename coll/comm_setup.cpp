@@ -60,7 +60,7 @@ struct RankInfo {
     int32_t depth, post_batch;
     int32_t latency_hop2, gpu_posted;
     int32_t posted_batch, hop2_algorithm;
-    uint64_t rhd_max_bytes, gpu_sync_bytes;
+    uint64_t rhd_max_bytes;
     int32_t rhd_min_nodes, vnode_shm;
     uint64_t host_key; // the real host (virtual_nodes replaces node_key)
     int32_t vn_error; // this rank could not parse coll_twohop_virtual_nodes
@@ -347,7 +347,6 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
     me.posted_batch = prm.posted_batch;
     me.hop2_algorithm = prm.hop2_algorithm;
     me.rhd_max_bytes = prm.hop2_rabenseifner_max_bytes;
-    me.gpu_sync_bytes = prm.gpu_kernel_sync_bytes;
     me.rhd_min_nodes = prm.hop2_rabenseifner_min_nodes;
     me.vn_error = !vn_error.empty();
     me.gpu = gpu_node_capable() ? 1 : 0;
@@ -383,7 +382,6 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
             info[r].posted_batch != info[0].posted_batch ||
             info[r].hop2_algorithm != info[0].hop2_algorithm ||
             info[r].rhd_max_bytes != info[0].rhd_max_bytes ||
-            info[r].gpu_sync_bytes != info[0].gpu_sync_bytes ||
             info[r].rhd_min_nodes != info[0].rhd_min_nodes ||
             info[r].vnode_shm != info[0].vnode_shm) {
             set_why(why, whylen, "coll_twohop_* algorithm parameters differ between ranks 0 and " +
@@ -411,7 +409,6 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
     c->gpu_posted = prm.gpu_posted != 0;
     c->hop2_alg = prm.hop2_algorithm;
     c->rhd_max_bytes = prm.hop2_rabenseifner_max_bytes;
-    c->gpu_sync_bytes = prm.gpu_kernel_sync_bytes;
     c->rhd_min_nodes = prm.hop2_rabenseifner_min_nodes;
     c->posted_batch = prm.posted_batch;
     c->slot_bytes = twohop::ShmLayout::align_up(prm.segment_bytes);

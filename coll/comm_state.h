@@ -86,8 +86,6 @@ struct twohop_comm {
     GpuHop1 gpu_hop1;              // >1 node: hop 1 on the GPU for this call
     bool gpu_decline_logged = false; // "a peer GPU is out of reach" said once (verbose 1)
     GpuPathClock gpu_clock;        // verbose >= 2: the GPU path's phases (gpu_node.h)
-    uint64_t gpu_sync_bytes = 0;   // coll_twohop_gpu_kernel_sync_bytes (agreed at set-up)
-    GpuSyncCount gpu_sync_count;   // the kernel's block counter (gpu_kernel_sync_bytes)
 
     twohop::ucx::Worker *worker = nullptr; // non-null only with more than one node
     std::vector<twohop_rail> rails;        // one per owned shard (empty on one node)

@@ -21,9 +21,6 @@
 namespace {
 
 using twohop::RankFlags;
-
-void *flag_addr(twohop_comm *c, int l, std::atomic<uint64_t> RankFlags::*which);
-void release_gpu_waits(twohop_comm *c);
 namespace cuda = twohop::cuda;
 
 /* What a local rank publishes in its descriptor block for one call. */
@@ -40,7 +37,6 @@ struct GpuDesc {
     int64_t pid;
     uint64_t msg_bytes, item_bytes; // the call's size: every local rank must pass the same
     uint32_t enqueue;   // called as twohop_allreduce_enqueue (1) or MPI_Allreduce (0)
-    uint32_t mps;       // the buffers' GPU is shared through MPS (cuda::mps_shared)
 };
 static_assert(sizeof(GpuDesc) <= twohop::ShmLayout::kDescBytes, "descriptor block");
 
@@ -127,12 +123,10 @@ void describe(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &ou
         return;
     }
     if (!cuda::pci_bus_id(*device, d->pci, sizeof(d->pci))) return;
-    d->mps = cuda::mps_shared(*device) ? 1 : 0;
     // Hop 1 (several nodes) writes into the registered shared-memory segment; stream-ordered
-    // calls and kernels that synchronise the node (gpu_sync_bytes) have the GPU write and wait
-    // for the flags there.
+    // calls have the GPU write and wait for the flags there.
     if (enqueue && !cuda::flag_ops_supported(*device)) return;
-    if (c->topo.n_nodes() > 1 || enqueue || bytes <= c->gpu_sync_bytes) {
+    if (c->topo.n_nodes() > 1 || enqueue) {
         GpuHop1 &h = c->gpu_hop1;
         char *base = c->shm.desc(0) - c->shm.layout().desc_offset(0);
         if (h.reg_device != *device) {
@@ -149,15 +143,6 @@ void describe(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &ou
                 h.shm_host = nullptr;
                 return;
             }
-        }
-    }
-    if (c->topo.n_nodes() == 1 && bytes <= c->gpu_sync_bytes) { // the kernel's block counter
-        GpuSyncCount &k = c->gpu_sync_count;
-        if (k.device != *device) {
-            if (k.ptr) cuda::device_free(k.device, k.ptr);
-            k.ptr = static_cast<unsigned int *>(cuda::device_zeroed(*device, 64));
-            k.device = k.ptr ? *device : -1;
-            if (!k.ptr) return;
         }
     }
     d->can = 1;
@@ -280,10 +265,6 @@ int gpu_hop1_test(twohop_comm *c) {
     if (q < 0) return gpu_error(c, "twohop's GPU work failed on local rank", c->topo.local_rank);
     h.pending = h.fenced = false;
     return TWOHOP_OK;
-}
-
-GpuSyncCount::~GpuSyncCount() {
-    if (ptr) cuda::device_free(device, ptr);
 }
 
 GpuStaging::~GpuStaging() {
@@ -454,84 +435,6 @@ int activate_hop1(twohop_comm *c, const GpuDesc *peer, int device, bool one_devi
     return TWOHOP_OK;
 }
 
-/*
- * Whether the node's kernels can synchronise the node themselves: every local rank's kernel
- * must be able to run while the others wait in theirs, which holds when every rank's GPU is
- * shared through MPS or every rank has a GPU of its own. Read from the published descriptors
- * of this call, so every local rank decides alike.
- */
-bool kernel_syncs_node(twohop_comm *c) {
-    const int L = c->topo.local_size();
-    bool mps = true, distinct = true;
-    char pci[TWOHOP_GPU_MAX_RANKS][sizeof(GpuDesc::pci)];
-    for (int l = 0; l < L; ++l) {
-        GpuDesc x;
-        std::memcpy(&x, c->shm.desc(l), sizeof(x));
-        mps = mps && x.mps;
-        std::memcpy(pci[l], x.pci, sizeof(pci[l]));
-        pci[l][sizeof(pci[l]) - 1] = 0;
-        for (int k = 0; distinct && k < l; ++k) distinct = std::strcmp(pci[k], pci[l]) != 0;
-    }
-    return mps || distinct;
-}
-
-/* Blocks of a kernel that synchronises the node: few enough that every local rank's kernel
- * has blocks running at once on a shared GPU (8 ranks x 32 blocks of 256 threads on one H200:
- * 256 of its 132 x 8 resident blocks). */
-constexpr unsigned kSyncBlocks = 32;
-
-/*
- * Runs this rank's kernel of the single-node GPU path with the node's synchronisation inside
- * it (twohop_gpu_args::sync_seq): launched on the legacy stream, then the calling thread polls
- * its completion while it watches the node (a failed or vanished peer, coll_twohop_timeout).
- * On such a failure every GPU-awaited flag of the node is released so the kernels end, and the
- * call fails. Returns a twohop_status.
- */
-int run_node_kernel(twohop_comm *c, int device, uint64_t s, const twohop_reduction &red,
-                    twohop_gpu_args *a) {
-    const int me = c->topo.local_rank;
-    GpuSyncCount &k = c->gpu_sync_count;
-    a->sync_seq = s;
-    a->sync_n = c->topo.local_size();
-    a->sync_me = me;
-    a->sync_count = k.ptr;
-    for (int l = 0; l < a->sync_n; ++l) {
-        a->sync_ready[l] = static_cast<unsigned long long *>(flag_addr(c, l, &RankFlags::ready));
-        a->sync_done[l] = static_cast<unsigned long long *>(flag_addr(c, l, &RankFlags::reduced));
-    }
-    void *legacy = cuda::legacy_stream();
-    if (!cuda::launch_blocks(device, kernel_name(red.dtype, red.op), a, sizeof(*a), a->n, legacy,
-                             kSyncBlocks) ||
-        !k.fence.record(device, legacy)) {
-        // Peers' kernels wait for this rank's words: release them, then fail.
-        release_gpu_waits(c);
-        return gpu_error(c, "launching the reduction kernel failed on local rank", me);
-    }
-    int rc = TWOHOP_OK;
-    std::chrono::steady_clock::time_point start{};
-    for (unsigned spins = 0;; ++spins) {
-        const int q = k.fence.query();
-        if (q == 1) return TWOHOP_OK;
-        if (q < 0) {
-            rc = gpu_error(c, "the reduction kernel failed on local rank", me);
-            break;
-        }
-        if (spins % 16 != 15) continue;
-        if ((rc = c->poll()) != TWOHOP_OK) break;
-        if (c->timeout_s > 0) {
-            const auto now = std::chrono::steady_clock::now();
-            if (spins == 15) start = now;
-            if (std::chrono::duration<double>(now - start).count() > c->timeout_s) {
-                rc = TWOHOP_ERR_TIMEOUT;
-                break;
-            }
-        }
-    }
-    release_gpu_waits(c); // the kernels (this one too) stop waiting for the failed node
-    (void)cuda::stream_sync(device, legacy);
-    return rc;
-}
-
 } // namespace
 
 int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out,
@@ -566,19 +469,12 @@ int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_us
     if (rc != TWOHOP_OK) return rc;
     char *send_stage = static_cast<char *>(c->gpu_staging[d.in_place ? 1 : 0].ptr);
     char *recv_stage = static_cast<char *>(c->gpu_staging[1].ptr);
-    // Small calls on one node may synchronise the node inside the kernel (gpu_sync_bytes):
-    // that kernel, launched on the legacy stream, starts after my input is complete, so the
-    // host does not wait for it. Otherwise my input is complete before my vote, i.e. before
-    // any peer launches a kernel that reads it.
-    const bool may_sync_in_kernel = c->topo.n_nodes() == 1 && bytes <= c->gpu_sync_bytes;
-    if (!may_sync_in_kernel && !cuda::sync_input(device)) d.can = 0;
+    if (!cuda::sync_input(device)) d.can = 0;
     if (d.can && stage_in && !cuda::copy(send_stage, in.device, bytes)) d.can = 0;
     tick(0);
     publish_desc(c, d, s);
     if (!d.can) return vote_no(c, s);
     if ((rc = c->wait_all(&RankFlags::desc_seq, s)) != TWOHOP_OK) return rc;
-    const bool in_kernel = may_sync_in_kernel && kernel_syncs_node(c);
-    if (may_sync_in_kernel && !in_kernel && !cuda::sync_input(device)) d.can = 0;
     tick(1);
 
     // Round 2: can I reach every peer's GPU, and can every peer?
@@ -610,17 +506,12 @@ int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_us
                       a.out[0], a.in[1], a.out[1]);
         c->host.log(3, msg);
     }
-    if (in_kernel) {
-        if ((rc = run_node_kernel(c, device, s, red, &a)) != TWOHOP_OK) return rc;
-        tick(3);
-    } else {
-        if (!cuda::launch_and_wait(device, kernel_name(red.dtype, red.op), &a, sizeof(a), a.n)) {
-            return gpu_error(c, "the reduction kernel failed on local rank", me);
-        }
-        tick(3);
-        mine.reduced.store(s, std::memory_order_release);
-        if ((rc = c->wait_all(&RankFlags::reduced, s)) != TWOHOP_OK) return rc;
+    if (!cuda::launch_and_wait(device, kernel_name(red.dtype, red.op), &a, sizeof(a), a.n)) {
+        return gpu_error(c, "the reduction kernel failed on local rank", me);
     }
+    tick(3);
+    mine.reduced.store(s, std::memory_order_release);
+    if ((rc = c->wait_all(&RankFlags::reduced, s)) != TWOHOP_OK) return rc;
     tick(4);
     if (stage_out && !cuda::copy(out.device, recv_stage, bytes)) {
         return gpu_error(c, "copying the result out of twohop's device staging on local rank", me);

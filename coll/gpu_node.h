@@ -58,19 +58,6 @@ struct GpuPathClock {
     std::vector<std::array<float, 5>> calls;
 };
 
-/* The 4-byte block counter of the kernels that synchronise the node themselves
- * (twohop_gpu_args::sync_count): zeroed device memory on `device`, allocated on first use,
- * and the fence that marks the end of such a kernel. */
-struct GpuSyncCount {
-    int device = -1;
-    unsigned int *ptr = nullptr;
-    twohop::cuda::Fence fence; // end of the kernel on the legacy stream
-    GpuSyncCount() = default;
-    GpuSyncCount(const GpuSyncCount &) = delete;
-    GpuSyncCount &operator=(const GpuSyncCount &) = delete;
-    ~GpuSyncCount();
-};
-
 /* Logs c->gpu_clock (verbose 2) when calls were clocked. */
 void gpu_node_log_phases(twohop_comm *c);
 

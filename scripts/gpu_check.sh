@@ -125,18 +125,11 @@ trap 'echo quit | nvidia-cuda-mps-control; echo "gpu_check: MPS stopped"' EXIT
 
 # --- mode node8: the single-node GPU path's small sizes against the same-run bound.
 if [[ $mode == node8 ]]; then
-    # The node synchronised inside the kernel (default) and on the host (gpu_kernel_sync_bytes
-    # 0), alternating, in one call.
     for np in 8 4; do
-        for ks in default 0; do
-            m=()
-            [[ $ks == 0 ]] && m=(-m coll_twohop_gpu_kernel_sync_bytes=0)
-            CUDA_VISIBLE_DEVICES=0 bash mpi_tests/run_mpi.sh -n $np -b "$build" \
-                -t "${RUN_TIMEOUT:-300}" "${m[@]}" -- "$build/mpi_tests/device_allreduce" bench \
-                --max 1048576 >"$out/node_np${np}_sync_$ks.txt" 2>&1
-            echo "== one node, $np ranks on one GPU, device buffers, gpu_kernel_sync_bytes $ks"
-            grep -E "^#|^ *[0-9b]" "$out/node_np${np}_sync_$ks.txt"
-        done
+        CUDA_VISIBLE_DEVICES=0 bash mpi_tests/run_mpi.sh -n $np -b "$build" -t "${RUN_TIMEOUT:-300}" -- \
+            "$build/mpi_tests/device_allreduce" bench --max 1048576 >"$out/node_np$np.txt" 2>&1
+        echo "== one node, $np ranks on one GPU, device buffers"
+        grep -E "^#|^ *[0-9b]" "$out/node_np$np.txt"
     done
     # Where the calling thread spends a GPU-path call (verbose 2: the mean per phase, logged at
     # the communicator's end), 8 ranks, 8 B - 8 KiB.

@@ -37,7 +37,6 @@ struct Driver {
     CUresult (*mem_host_unregister)(void *);
     CUresult (*mem_host_get_device_pointer)(CUdeviceptr *, void *, unsigned int);
     CUresult (*mem_free)(CUdeviceptr);
-    CUresult (*memset_d32)(CUdeviceptr, unsigned int, size_t);
     CUresult (*pointer_get_attributes)(unsigned, CUpointer_attribute *, void **, CUdeviceptr);
     CUresult (*memcpy)(CUdeviceptr, CUdeviceptr, size_t);
     CUresult (*ctx_get_current)(CUcontext *);
@@ -109,7 +108,6 @@ void do_load() {
                sym(h, "cuStreamCreate", &g_drv.stream_create) &&
                sym(h, "cuMemAlloc_v2", &g_drv.mem_alloc) &&
                sym(h, "cuMemFree_v2", &g_drv.mem_free) &&
-               sym(h, "cuMemsetD32_v2", &g_drv.memset_d32) &&
                sym(h, "cuIpcCloseMemHandle", &g_drv.ipc_close_mem_handle) &&
                sym(h, "cuMemHostRegister_v2", &g_drv.mem_host_register) &&
                sym(h, "cuMemHostUnregister", &g_drv.mem_host_unregister) &&
@@ -419,11 +417,6 @@ CUstream own_stream(int device) {
 
 bool launch(int device, const char *name, const void *args, std::size_t arg_bytes,
             unsigned long long n, void *stream) {
-    return launch_blocks(device, name, args, arg_bytes, n, stream, 4096);
-}
-
-bool launch_blocks(int device, const char *name, const void *args, std::size_t arg_bytes,
-                   unsigned long long n, void *stream, unsigned max_blocks) {
     static std::mutex m;
     static std::map<std::pair<int, std::string>, CUfunction> funcs;
     static std::map<int, CUmodule> modules;
@@ -451,7 +444,7 @@ bool launch_blocks(int device, const char *name, const void *args, std::size_t a
     if (n == 0) return true;
     const unsigned block = 256;
     unsigned long long blocks = (n + block - 1) / block;
-    if (blocks > max_blocks) blocks = max_blocks; // grid-stride loop covers the rest
+    if (blocks > 4096) blocks = 4096; // grid-stride loop covers the rest
     void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<void *>(args),
                      CU_LAUNCH_PARAM_BUFFER_SIZE, &arg_bytes, CU_LAUNCH_PARAM_END};
     return ok(g_drv.launch_kernel(f, static_cast<unsigned>(blocks), 1, 1, block, 1, 1, 0, st,
@@ -468,10 +461,6 @@ bool launch_and_wait(int device, const char *name, const void *args, std::size_t
 #else
 bool kernels_available() { return false; }
 bool launch(int, const char *, const void *, std::size_t, unsigned long long, void *) {
-    return false;
-}
-bool launch_blocks(int, const char *, const void *, std::size_t, unsigned long long, void *,
-                   unsigned) {
     return false;
 }
 bool launch_and_wait(int, const char *, const void *, std::size_t, unsigned long long) {
@@ -571,36 +560,6 @@ bool wait_flag(int device, void *stream, void *flag, unsigned long long value) {
                           "cuStreamWaitValue64");
 }
 
-bool mps_shared(int device) {
-    if (!g_loaded || device < 0 || device >= 256) return false;
-    static std::atomic<int> known[256]; // 0 not asked yet, 1 yes, 2 no (fixed for the process)
-    int k = known[device].load(std::memory_order_relaxed);
-    if (k == 0) {
-        CUdevice d;
-        int v = 0;
-        const bool yes =
-            g_drv.device_get(&d, device) == CUDA_SUCCESS &&
-            g_drv.device_get_attribute(&v, CU_DEVICE_ATTRIBUTE_MPS_ENABLED, d) == CUDA_SUCCESS &&
-            v != 0;
-        k = yes ? 1 : 2;
-        known[device].store(k, std::memory_order_relaxed);
-    }
-    return k == 1;
-}
-
-void *device_zeroed(int device, std::size_t bytes) {
-    void *p = device_alloc(device, bytes);
-    if (!p) return nullptr;
-    CtxScope ctx(device);
-    if (!ctx.ok() ||
-        !ok(g_drv.memset_d32(reinterpret_cast<CUdeviceptr>(p), 0, (bytes + 3) / 4), "cuMemsetD32") ||
-        !ok(g_drv.stream_synchronize(CU_STREAM_LEGACY), "cuStreamSynchronize (memset)")) {
-        device_free(device, p);
-        return nullptr;
-    }
-    return p;
-}
-
 bool flag_ops_supported(int device) {
     if (!g_loaded || device < 0 || device >= 256) return false;
     static std::atomic<int> known[256]; // 0 not asked yet, 1 yes, 2 no (a device property)
@@ -691,12 +650,6 @@ bool copy_async(int, void *, const void *, std::size_t, void *) { return false; 
 bool write_flag(int, void *, void *, unsigned long long) { return false; }
 bool wait_flag(int, void *, void *, unsigned long long) { return false; }
 bool flag_ops_supported(int) { return false; }
-bool mps_shared(int) { return false; }
-void *device_zeroed(int, std::size_t) { return nullptr; }
-bool launch_blocks(int, const char *, const void *, std::size_t, unsigned long long, void *,
-                   unsigned) {
-    return false;
-}
 bool stream_sync(int, void *) { return false; }
 int stream_device(void *) { return -1; }
 int stream_capturing(void *) { return 0; }

@@ -87,9 +87,6 @@ bool kernels_available();
  */
 bool launch(int device, const char *name, const void *args, std::size_t arg_bytes,
             unsigned long long n, void *stream = nullptr);
-/* launch with at most max_blocks blocks of 256 threads (the kernels loop over the rest). */
-bool launch_blocks(int device, const char *name, const void *args, std::size_t arg_bytes,
-                   unsigned long long n, void *stream, unsigned max_blocks);
 /* launch, then waits for twohop's stream on `device`. */
 bool launch_and_wait(int device, const char *name, const void *args, std::size_t arg_bytes,
                      unsigned long long n);
@@ -112,11 +109,6 @@ bool wait_flag(int device, void *stream, void *flag, unsigned long long value);
 /* True when `device` supports 64-bit stream memory operations
  * (CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS). */
 bool flag_ops_supported(int device);
-/* True when contexts on `device` are shared through the MPS server
- * (CU_DEVICE_ATTRIBUTE_MPS_ENABLED): kernels of several processes run at the same time there. */
-bool mps_shared(int device);
-/* device_alloc, then zero-filled (complete on return); nullptr on failure. */
-void *device_zeroed(int device, std::size_t bytes);
 /* Waits for everything enqueued on `stream` (nullptr: the legacy default stream) of the
  * device whose primary context owns it. False on a driver error. */
 bool stream_sync(int device, void *stream);

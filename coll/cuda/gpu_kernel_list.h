@@ -57,22 +57,6 @@ struct twohop_gpu_args {
     unsigned long long head;
     int nin, nout;
     int vec;
-    /* Node synchronisation inside the kernel (sync_seq 0: none, the host synchronised the node
-     * before the launch and after the kernel). Otherwise the kernel is the call's only
-     * synchronisation after the host's decision rounds: every block publishes this rank's
-     * input as ready (*sync_ready[sync_me] = sync_seq; the kernel runs after the application's
-     * work on the legacy stream) and waits until every local rank's ready word reaches
-     * sync_seq; after the reduction the last block to finish (counted in *sync_count, device
-     * memory, zero between calls) publishes *sync_done[sync_me] = sync_seq and waits for every
-     * local rank's done word: when the kernel ends, every local rank's kernel has read this
-     * rank's input and written its output. The words are 64-bit sequence numbers compared
-     * cyclically, in host memory mapped for the device (the node's control block); sync_n local
-     * ranks. */
-    unsigned long long sync_seq;
-    unsigned long long *sync_ready[TWOHOP_GPU_MAX_RANKS];
-    unsigned long long *sync_done[TWOHOP_GPU_MAX_RANKS];
-    unsigned int *sync_count;
-    int sync_n, sync_me;
 };
 
 #endif

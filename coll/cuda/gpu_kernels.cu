@@ -61,45 +61,11 @@ template <typename T, typename Op> __device__ void reduce_bcast(const twohop_gpu
     }
 }
 
-/* Waits until every local rank's word reaches seq (cyclic 64-bit comparison). */
-__device__ __forceinline__ void wait_all(unsigned long long *const *words, int n,
-                                         unsigned long long seq) {
-    for (int l = 0; l < n; ++l) {
-        const volatile unsigned long long *w = words[l];
-        while (static_cast<long long>(*w - seq) < 0) {
-        }
-    }
-}
-
-/* Kernel-side node synchronisation, before the reduction (twohop_gpu_args::sync_seq). */
-__device__ __forceinline__ void node_enter(const twohop_gpu_args &a) {
-    if (threadIdx.x == 0) {
-        *reinterpret_cast<volatile unsigned long long *>(a.sync_ready[a.sync_me]) = a.sync_seq;
-        wait_all(a.sync_ready, a.sync_n, a.sync_seq);
-        __threadfence(); // the peers' inputs are read after their ready words
-    }
-    __syncthreads();
-}
-
-/* ... and after it: the last block publishes this rank's done word and waits for every one. */
-__device__ __forceinline__ void node_leave(const twohop_gpu_args &a) {
-    __syncthreads();
-    if (threadIdx.x != 0) return;
-    __threadfence_system(); // this block's writes to every output before it is counted
-    if (atomicAdd(a.sync_count, 1u) != gridDim.x - 1) return;
-    *a.sync_count = 0; // every block was counted: ready for the next call (stream order)
-    __threadfence_system();
-    *reinterpret_cast<volatile unsigned long long *>(a.sync_done[a.sync_me]) = a.sync_seq;
-    wait_all(a.sync_done, a.sync_n, a.sync_seq);
-}
-
 } // namespace
 
 #define TWOHOP_DEFINE_KERNEL(D, T, OP, F)                                                      \
     extern "C" __global__ void th_rb_##D##_##OP(twohop_gpu_args a) {                          \
-        if (a.sync_seq) node_enter(a);                                                         \
         reduce_bcast<T, F>(a);                                                                 \
-        if (a.sync_seq) node_leave(a);                                                         \
     }
 TWOHOP_GPU_KERNELS(TWOHOP_DEFINE_KERNEL)
 
