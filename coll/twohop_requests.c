@@ -46,6 +46,7 @@
 
 #include "ompi/errhandler/errhandler.h"
 #include "ompi/mca/coll/base/coll_base_util.h"
+#include "opal/class/opal_free_list.h"
 #include "opal/runtime/opal_progress.h"
 #include "opal/util/output.h"
 
@@ -84,6 +85,11 @@ static twohop_request *staged_head;
 static opal_mutex_t staged_lock = OPAL_MUTEX_STATIC_INIT;
 static int progress_registered;
 
+/* Every twohop request comes from this free list (Open MPI's, as libnbc's requests do): a
+ * request is constructed once and reused, so a non-blocking call allocates nothing here.
+ * Initialised with the progress callback (ensure_progress), destructed at component close. */
+static opal_free_list_t request_pool;
+
 /* ------------------------------------------------------------------ completion ---- */
 
 static void unlink_pending(twohop_request *r);
@@ -100,7 +106,7 @@ static void release_request(twohop_request *r) {
     OBJ_RELEASE(r->op);
     OBJ_RELEASE(r->m->comm);
     OMPI_REQUEST_FINI(&r->nbc.super);
-    OBJ_RELEASE(r);
+    opal_free_list_return(&request_pool, &r->nbc.super.super);
 }
 
 /* Marks the request complete with MPI error `err`. Never releases it (nor its communicator):
@@ -162,19 +168,33 @@ static int poll_deferred(void);
 
 static int progress_cb(void) { return twohop_core_progress() + poll_staged() + poll_deferred(); }
 
-static void ensure_progress(void) {
-    if (__atomic_load_n(&progress_registered, __ATOMIC_ACQUIRE)) return;
+/* The progress callback and the request pool, once per process. False when the pool could
+ * not be set up. */
+static bool ensure_progress(void) {
+    if (__atomic_load_n(&progress_registered, __ATOMIC_ACQUIRE)) return true;
+    bool ok = true;
     OPAL_THREAD_LOCK(&staged_lock);
     if (!progress_registered) {
-        opal_progress_register(progress_cb);
-        __atomic_store_n(&progress_registered, 1, __ATOMIC_RELEASE);
+        OBJ_CONSTRUCT(&request_pool, opal_free_list_t);
+        /* 8 at first, 8 more when empty, no limit (libnbc's choice) */
+        ok = opal_free_list_init(&request_pool, sizeof(twohop_request), 8,
+                                 OBJ_CLASS(twohop_request), 0, 0, 8, -1, 8, NULL, 0, NULL, NULL,
+                                 NULL) == OPAL_SUCCESS;
+        if (ok) {
+            opal_progress_register(progress_cb);
+            __atomic_store_n(&progress_registered, 1, __ATOMIC_RELEASE);
+        } else {
+            OBJ_DESTRUCT(&request_pool);
+        }
     }
     OPAL_THREAD_UNLOCK(&staged_lock);
+    return ok;
 }
 
 void twohop_requests_finalize(void) {
     if (progress_registered) {
         opal_progress_unregister(progress_cb);
+        OBJ_DESTRUCT(&request_pool);
         progress_registered = 0;
     }
 }
@@ -292,7 +312,8 @@ static int req_start(size_t count, ompi_request_t **requests) {
 static twohop_request *new_request(twohop_module *m, req_kind kind, bool persistent,
                                    const void *sbuf, void *rbuf, int count,
                                    ompi_datatype_t *dtype, ompi_op_t *op) {
-    twohop_request *r = OBJ_NEW(twohop_request);
+    if (!ensure_progress()) return NULL;
+    twohop_request *r = (twohop_request *)opal_free_list_get(&request_pool);
     if (r == NULL) return NULL;
     OMPI_REQUEST_INIT(&r->nbc.super, persistent);
     r->nbc.super.req_type = OMPI_REQUEST_COLL;
@@ -317,7 +338,6 @@ static twohop_request *new_request(twohop_module *m, req_kind kind, bool persist
     OBJ_RETAIN(m->comm);
     OBJ_RETAIN(dtype);
     OBJ_RETAIN(op);
-    ensure_progress();
     return r;
 }
 

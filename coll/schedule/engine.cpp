@@ -18,10 +18,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-/* Communicators with queued calls; guarded by g_mutex. g_queued counts queued calls of the
- * whole process, so that progress_all() costs one atomic load when there are none. */
+/* Communicators with queued calls, and up to kRegisteredIdle more that had some (kept so
+ * that their next call skips the lock); guarded by g_mutex. g_queued counts queued calls of
+ * the whole process, so that progress_all() costs one atomic load when there are none. */
 std::mutex g_mutex;
 std::vector<twohop_comm *> g_active;
+constexpr size_t kRegisteredIdle = 4;
 std::atomic<long> g_queued{0};
 /* A detached proxy job runs while async-safe calls are queued (engine.h). */
 std::atomic<bool> g_async_job{false};
@@ -339,7 +341,10 @@ int progress_all(bool async_only) {
             completed += advance_queue(c, &pending, async_only, &moved);
             unlock_engine(c);
         }
-        if (!pending) {
+        // An idle communicator stays registered while few are (the next call then skips the
+        // registry's lock); a pass over an idle one costs a few loads, and none runs while no
+        // call is queued anywhere (g_queued).
+        if (!pending && g_active.size() > kRegisteredIdle) {
             // Leave the registry -- unless a call was queued meanwhile by a thread that saw
             // the communicator registered (both sides use sequentially consistent operations:
             // one of them sees the other's write).
@@ -349,7 +354,7 @@ int progress_all(bool async_only) {
                 pending = true;
             }
         }
-        if (pending) {
+        if (pending || c->registered.load()) {
             ++i;
         } else {
             g_active[i] = g_active.back();

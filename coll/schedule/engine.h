@@ -37,11 +37,13 @@
 
 #include "comm_state.h"
 #include "job.h"
+#include "object_cache.h"
 
 namespace twohop {
 
 /* One non-blocking or persistent start in a communicator's queue. */
 struct QueuedCall {
+    TWOHOP_CACHED_OBJECT(QueuedCall) // one per call: from a per-thread cache (object_cache.h)
     std::unique_ptr<Job> job;   // null: an empty call (count 0), completes at once
     twohop_done_fn done = nullptr;
     void *ctx = nullptr;

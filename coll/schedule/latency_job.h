@@ -16,12 +16,14 @@
 
 #include "comm_state.h"
 #include "job.h"
+#include "object_cache.h"
 #include "reducer.h"
 
 namespace twohop {
 
 class LatencyJob : public Job {
   public:
+    TWOHOP_CACHED_OBJECT(LatencyJob) // one per small call: from a per-thread cache
     /* count items of red.item_bytes from `in` into `out` (both stay valid until the job
      * finishes, and so does what their ctx and red's user_ctx point to). */
     LatencyJob(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out,
