@@ -34,6 +34,13 @@
  *   big_item       the first call on a fresh communicator an MPI_Iallreduce of one 2 MiB
  *                  item (user op): handed back, a correct result (it failed: the set-up
  *                  found the item larger than the shared-memory slot after the start)
+ *   fp_env         (x86; run first) twohop's proxy thread starts while the application runs
+ *                  with flush-to-zero and denormals-are-zero, then the application goes back
+ *                  to IEEE arithmetic; float sums of subnormals as MPI_Allreduce, as
+ *                  MPI_Iallreduce + a sleep + MPI_Wait with rank 0 starting 100 ms late (the
+ *                  proxy threads reduce), and as MPI_Iallreduce + an MPI_Test loop must give
+ *                  the same bits, subnormals kept (the proxy reduced in the environment it
+ *                  started with: some elements flushed)
  * With the MPI_T counters found (twohop loaded), the local_* calls must be served by twohop
  * (coll_twohop_nonblocking_calls / _persistent_starts), not handed back.
  * A SIGALRM watchdog (60 s) turns a hang into a failure. Exit 0 and "RESULT: PASS" when every
@@ -44,6 +51,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
 
 #include <mpi.h>
 
@@ -379,6 +389,42 @@ static void big_item(void) {
     MPI_Comm_free(&comm);
 }
 
+#if defined(__SSE__)
+static void fp_env(void) {
+    scenario = "fp_env";
+    enum { N = 4096 }; /* 16 KiB of floats: the pipeline path, shards reduced by their owners */
+    static float in[N], out[3][N];
+    MPI_Request r;
+    /* twohop's proxy thread starts (first non-blocking call of the process) while the
+     * application runs with flush-to-zero and denormals-are-zero; then the application goes
+     * back to IEEE arithmetic */
+    const unsigned saved = _mm_getcsr();
+    _mm_setcsr(saved | 0x8040); /* FTZ | DAZ */
+    for (int i = 0; i < N; i++) in[i] = 1.0f;
+    check(MPI_Iallreduce(in, out[0], N, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &r) == MPI_SUCCESS,
+          "warm-up start");
+    check(MPI_Wait(&r, MPI_STATUS_IGNORE) == MPI_SUCCESS, "warm-up wait");
+    _mm_setcsr(saved);
+    for (int i = 0; i < N; i++) in[i] = 1.401298464e-45f * (float)(1 + i % 3); /* subnormals */
+    MPI_Allreduce(in, out[0], N, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    /* Rank 0 starts 100 ms late: the others' shards can be reduced only then, while their
+     * application threads sleep, i.e. by their proxy threads. */
+    if (rank == 0) usleep(100000);
+    check(MPI_Iallreduce(in, out[1], N, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &r) == MPI_SUCCESS,
+          "start");
+    usleep(rank == 0 ? 200000 : 300000);
+    check(MPI_Wait(&r, MPI_STATUS_IGNORE) == MPI_SUCCESS, "wait");
+    check(MPI_Iallreduce(in, out[2], N, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &r) == MPI_SUCCESS,
+          "start");
+    for (int done = 0; !done;) MPI_Test(&r, &done, MPI_STATUS_IGNORE);
+    check(memcmp(out[0], out[1], sizeof(out[0])) == 0,
+          "MPI_Iallreduce reduced while the application slept differs from MPI_Allreduce");
+    check(memcmp(out[0], out[2], sizeof(out[0])) == 0,
+          "MPI_Iallreduce with an MPI_Test loop differs from MPI_Allreduce");
+    check(out[0][0] == 1.401298464e-45f * (float)size, "subnormal sums were not kept");
+}
+#endif
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -386,6 +432,9 @@ int main(int argc, char **argv) {
     signal(SIGALRM, watchdog);
     alarm(60);
     twohop_pvars_open(&pv);
+#if defined(__SSE__)
+    fp_env(); /* first: its first non-blocking call starts twohop's proxy thread */
+#endif
     idup(0);
     idup(1);
     signature();

@@ -71,7 +71,11 @@ void Proxy::loop() {
         // Steps run without the lock: a new job can be queued meanwhile.
         std::vector<Job *> finished;
         for (Job *j : batch) {
-            const int st = j->step();
+            int st;
+            {
+                FpEnvScope env(j->env); // host reductions round as on the submitting thread
+                st = j->step();
+            }
             if (st != kPending) {
                 j->status = st;
                 finished.push_back(j);

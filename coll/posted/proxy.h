@@ -27,6 +27,8 @@
 #include <mutex>
 #include <thread>
 
+#include "fp_env.h"
+
 namespace twohop {
 
 class Proxy {
@@ -85,6 +87,7 @@ class Proxy {
   private:
     struct Job {
         std::function<int()> step;
+        FpEnv env = FpEnv::current(); // the submitting thread's, around every step (fp_env.h)
         int status = kPending;
         std::atomic<bool> finished{false};
         bool detached = false; // submit(): nobody waits, the proxy deletes it

@@ -149,6 +149,7 @@ int advance_queue(twohop_comm *c, bool *pending, bool async_only = false,
             }
         }
         if (rc == TWOHOP_OK && q->job) {
+            FpEnvScope env(q->env); // the call's rounding, whichever thread runs this step
             rc = c->poll_transport();
             if (rc == TWOHOP_OK) rc = q->job->advance();
             // Inside MPI (MPI_Wait, MPI_Test, ...): drive the job on while it moves, as the

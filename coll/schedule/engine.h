@@ -36,6 +36,7 @@
 #include <memory>
 
 #include "comm_state.h"
+#include "fp_env.h"
 #include "job.h"
 #include "object_cache.h"
 
@@ -52,6 +53,7 @@ struct QueuedCall {
     int result = TWOHOP_OK;     // final status once in twohop_comm::completed
     uint64_t steps_seen = 0;    // job->steps() at the last check (timeouts)
     std::chrono::steady_clock::time_point since{};
+    FpEnv env = FpEnv::current(); // the starting thread's, in place around every step (fp_env.h)
 };
 
 /*
