@@ -19,8 +19,12 @@
  *
  * The ops also reduce datatypes built from one of these types (contiguous, vectors with gaps,
  * resized, negative strides) through their host functions; an op of one kind applied to the
- * other kind's datatype aborts the job with MPI_ERR_OP instead of computing with the wrong
- * arithmetic. Datatypes that mix in other types are not supported.
+ * other kind's datatype itself aborts the job with MPI_ERR_OP instead of computing with the
+ * wrong arithmetic. Applied to a datatype built from the other kind (a dup, a contiguous of
+ * it), it is not caught: both types are two bytes (contiguous(2, MPI_BYTE)) and MPI cannot
+ * tell them apart below the handle, so the op computes its own kind's arithmetic on them --
+ * pass the op that matches the datatype. Datatypes that mix in other types are not
+ * supported.
  *
  * Handles are created on first use, once per program: every file that includes this header
  * sees the same ones (weak definitions, merged by the linker), creation is serialised (threads
