@@ -161,6 +161,8 @@ int twohop_allreduce_init(const void *sbuf, void *rbuf, int count, ompi_datatype
                           ompi_request_t **request, mca_coll_base_module_t *module);
 /* Counters (MPI_T): served non-blocking calls, served persistent starts. */
 extern unsigned long long twohop_nonblocking_calls, twohop_persistent_starts;
+/* Counts a served call in coll_twohop_half_calls when its reduction is on a half type. */
+void twohop_count_half(const twohop_reduction *red);
 /* Unregisters the progress callback (component close). */
 void twohop_requests_finalize(void);
 /* A set-up running in a fiber on m: resumed until it ends (MPI progress between resumes), then

@@ -315,8 +315,14 @@ static struct {
 } half_table[64];
 static int half_table_len;
 static opal_mutex_t half_lock = OPAL_MUTEX_STATIC_INIT;
-/* Calls classified onto twohop's half-precision kernels (pvar coll_twohop_half_calls). */
+/* Calls served with twohop's half-precision kernels (pvar coll_twohop_half_calls). */
 static unsigned long long twohop_half_calls;
+
+void twohop_count_half(const twohop_reduction *red) {
+    if (red->dtype == TWOHOP_BF16 || red->dtype == TWOHOP_F16) {
+        __atomic_add_fetch(&twohop_half_calls, 1, __ATOMIC_RELAXED);
+    }
+}
 
 /*
  * Registers a half-precision datatype (op MPI_OP_NULL, half_op -1) or op (half_op 0 sum,
@@ -649,7 +655,6 @@ static const char *classify(ompi_datatype_t *dtype, ompi_op_t *op, twohop_reduct
                                          TWOHOP_OP_MIN};
         red->dtype = half == 1 ? TWOHOP_BF16 : TWOHOP_F16;
         red->op = ops[half_op];
-        __atomic_add_fetch(&twohop_half_calls, 1, __ATOMIC_RELAXED);
         red->item_bytes = 2;
         red->elems_per_item = 1;
         *base_out = dtype;
@@ -1009,6 +1014,7 @@ static int allreduce_impl(const void *sbuf, void *rbuf, int count, ompi_datatype
     }
     rc = finish_buffers(&a, rc);
     __atomic_add_fetch(&twohop_served_calls, 1, __ATOMIC_RELAXED);
+    twohop_count_half(&a.red);
     if (rc != TWOHOP_OK) report_failure(m, fail_why[0] ? fail_why : "staging a device buffer back failed");
     return to_mpi_error(rc);
 }
@@ -1240,9 +1246,9 @@ static int twohop_register(void) {
                      "communicator construction issues some on the parent communicator)",
                      &twohop_nonblocking_calls);
     register_counter(c, "half_calls",
-                     "Allreduces (any form; a persistent one once, at its initialisation) of "
-                     "include/twohop_half.h's bfloat16/float16 types and ops that twohop "
-                     "classified onto its own kernels", &twohop_half_calls);
+                     "Allreduces (any form; every start of a persistent one) of "
+                     "include/twohop_half.h's bfloat16/float16 types and ops that twohop served "
+                     "with its own kernels", &twohop_half_calls);
     register_counter(c, "persistent_starts",
                      "Starts of persistent allreduces (MPI_Allreduce_init, MPIX_Allreduce_init) "
                      "executed by twohop's own algorithm", &twohop_persistent_starts);

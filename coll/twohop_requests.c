@@ -275,6 +275,7 @@ static int start_one(twohop_request *r) {
     log_call(r->m, r->persistent ? "persistent allreduce start" : "iallreduce", &r->a, in_place);
     __atomic_add_fetch(r->persistent ? &twohop_persistent_starts : &twohop_nonblocking_calls, 1,
                        __ATOMIC_RELAXED);
+    twohop_count_half(&r->a.red);
     r->nbc.super.req_state = OMPI_REQUEST_ACTIVE;
     if (rc != TWOHOP_OK) {
         /* This rank cannot take part: the others must not wait for it. */

@@ -534,7 +534,6 @@ static const char *classify(MPI_Datatype dtype, MPI_Op op, twohop_reduction *red
     twohop_dtype ht;
     twohop_op ho;
     if (half_lookup(dtype, op, &ht, &ho)) { /* twohop's kernels, the ops' own arithmetic */
-        __atomic_add_fetch(&half_calls, 1, __ATOMIC_RELAXED);
         red->dtype = ht;
         red->op = ho;
         red->item_bytes = 2;
@@ -768,6 +767,9 @@ static int allreduce_impl(const void *sbuf, void *rbuf, int count, MPI_Datatype 
     if (rc == TWOHOP_OK) rc = wrc;
     (void)view_close(&vin, NULL, dtype, 0, base, epi, 0);
     __atomic_add_fetch(&served_calls, 1, __ATOMIC_RELAXED);
+    if (red.dtype == TWOHOP_BF16 || red.dtype == TWOHOP_F16) {
+        __atomic_add_fetch(&half_calls, 1, __ATOMIC_RELAXED);
+    }
     if (rc != TWOHOP_OK && !s->error_reported) {
         s->error_reported = 1;
         char msg[320];
