@@ -22,6 +22,8 @@
 #          (one node: the GPU path; two virtual nodes: GPU hop 1; non-blocking, persistent and
 #          stream-ordered forms) and host buffers, then the time against float for the same element count,
 #          device and host buffers, 8 ranks.
+#   formsbench: the timings of mode forms only (forms_bench at 8 and 16 ranks; with OMB_DIR
+#          the host overlap table), no checks.
 #   forms: the non-blocking and persistent forms on device buffers (one GPU, two virtual nodes),
 #          single-rank communicators (MPI_COMM_SELF, singleton splits, mpirun -np 1) with
 #          device buffers; with OMB_DIR set (a directory holding OSU micro-benchmark binaries
@@ -44,13 +46,14 @@
 # and carry the .debs folder (ignored by git). They are unpacked under /tmp, never into /.
 # Several ranks share one GPU through the CUDA MPS daemon, started here with private pipe/log
 # directories and stopped at the end (MPS changes no GPU setting).
+# GPU_BUILD: the build directory (default /tmp/build-gpu).
 # Output: everything under ${OUT:-/tmp/gpu_out}; the summary on stdout. RUN_TIMEOUT (seconds,
 # default 500): the watchdog of every mpirun.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 out=${OUT:-/tmp/gpu_out}
 mkdir -p "$out"
-build=/tmp/build-gpu
+build=${GPU_BUILD:-/tmp/build-gpu}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PATH=/usr/local/cuda/bin:$PATH
 
 mode=${1:-full}
@@ -138,6 +141,32 @@ if [[ $mode == node8 ]]; then
         >"$out/node_np8_phases.txt" 2>&1
     echo "== GPU path phases, 8 ranks, 8 B - 8 KiB"
     grep -E "GPU path: [0-9]+ calls" "$out/node_np8_phases.txt" | head -8
+    exit 0
+fi
+
+# --- mode formsbench: the forms' timings (the same commands as in mode forms, below).
+if [[ $mode == formsbench ]]; then
+    forms_timings() {
+        if [[ -n ${OMB_DIR:-} && -x $OMB_DIR/osu_iallreduce && -x $OMB_DIR/osu_allreduce ]]; then
+            for c in twohop tuned; do
+                bash mpi_tests/run_mpi.sh -c "$c" -n 8 -b "$build" -t 300 -- \
+                    "$OMB_DIR/osu_iallreduce" -T mpi_float -m 8:16777216 >"$out/overlap_$c.txt" 2>&1
+                echo "== osu_iallreduce, 8 ranks, host buffers, coll $c"
+                grep -E "^#|^[0-9]" "$out/overlap_$c.txt"
+            done
+            bash mpi_tests/run_mpi.sh -n 8 -b "$build" -t 300 -- "$OMB_DIR/osu_allreduce" \
+                -T mpi_float -m 8:16777216 >"$out/blocking_twohop.txt" 2>&1
+            echo "== osu_allreduce (blocking), 8 ranks, host buffers, coll twohop"
+            grep -E "^#|^[0-9]" "$out/blocking_twohop.txt"
+        fi
+        for np in 8 16; do
+            bash mpi_tests/run_mpi.sh -n $np -b "$build" -t 300 -- "$build/mpi_tests/forms_bench" \
+                >"$out/forms_bench_np$np.txt" 2>&1
+            echo "== forms_bench, $np ranks, host buffers"
+            grep -E "^#|^[0-9]" "$out/forms_bench_np$np.txt"
+        done
+    }
+    forms_timings
     exit 0
 fi
 

@@ -386,7 +386,7 @@ static void enqueue_call(twohop_comm *c, QueuedCall *q, bool incoming = false) {
 }
 
 int submit_job(twohop_comm *c, std::unique_ptr<Job> job, twohop_done_fn done, void *ctx,
-               bool async_ok, bool first_pass) {
+               bool async_ok, bool first_pass, bool wake_proxy) {
     auto *q = new (std::nothrow) QueuedCall();
     if (q == nullptr) return TWOHOP_ERR_NO_MEMORY;
     q->done = done;
@@ -410,7 +410,7 @@ int submit_job(twohop_comm *c, std::unique_ptr<Job> job, twohop_done_fn done, vo
     bool pending;
     (void)advance_queue(c, &pending);
     unlock_engine(c);
-    if (pending) kick_async();
+    if (pending && wake_proxy) kick_async();
     return TWOHOP_OK;
 }
 
@@ -423,7 +423,19 @@ extern "C" int twohop_comm_iallreduce(twohop_comm *c, const twohop_userbuf *in,
     std::unique_ptr<twohop::Job> job;
     if (count > 0) job = twohop::make_job(c, *in, *out, count, *red);
     const bool async_ok = count > 0 && twohop::async_safe(c, *in, *out, *red);
-    return twohop::submit_job(c, std::move(job), done, ctx, async_ok);
+    // Who drives the call besides the threads inside MPI (docs/design.md, "Who drives a call"):
+    // - a pipeline call that the proxy thread may advance starts there: the starting thread
+    //   makes no first pass, whose copy-in of a whole segment would be time the application
+    //   cannot overlap (osu_iallreduce counts it in "Coll. Init");
+    // - a latency-path call makes its first pass (it publishes this rank's input; small calls
+    //   whose peers are there complete inside the start) and wakes the proxy only where other
+    //   ranks then wait for this one: the node leader's hop 2. Once a rank's input is
+    //   published, its node peers read it without it, so the rest waits for MPI_Wait/MPI_Test
+    //   (the proxy still advances it while it runs for other calls).
+    const bool latency = count > 0 && twohop::latency_path(c, count, red->item_bytes);
+    const bool first_pass = !async_ok || latency;
+    const bool wake_proxy = !latency || (c->topo.n_nodes() > 1 && c->topo.local_rank == 0);
+    return twohop::submit_job(c, std::move(job), done, ctx, async_ok, first_pass, wake_proxy);
 }
 
 extern "C" int twohop_core_progress(void) { return twohop::progress_all(); }

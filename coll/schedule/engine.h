@@ -97,12 +97,14 @@ void forget_comm(twohop_comm *c);
  * Queues a call in flight (`job` null: count 0, completes at once) behind the calls already
  * queued on c and lets the proxy thread drive it when `async_ok` (engine.cpp: async_safe;
  * stream-ordered calls always). With `first_pass` the calling thread advances the queue once
- * (driving on while it moves, as MPI progress does); stream-ordered calls skip it, so the call
- * returns at once. `done` runs exactly once, on an MPI thread (twohop_comm_iallreduce).
- * Returns TWOHOP_OK or TWOHOP_ERR_NO_MEMORY.
+ * (driving on while it moves, as MPI progress does) and wakes the proxy after it when the call
+ * is still pending and `wake_proxy`; without it (stream-ordered calls, pipeline calls the proxy
+ * advances) the call returns at once and the proxy is woken when `async_ok`. `done` runs
+ * exactly once, on an MPI thread (twohop_comm_iallreduce). Returns TWOHOP_OK or
+ * TWOHOP_ERR_NO_MEMORY.
  */
 int submit_job(twohop_comm *c, std::unique_ptr<Job> job, twohop_done_fn done, void *ctx,
-               bool async_ok, bool first_pass = true);
+               bool async_ok, bool first_pass = true, bool wake_proxy = true);
 
 /* Advances the queued calls of every communicator that is not busy (async_only: only heads
  * with async_ok); returns how many completed, or -1 when no job moved at all. Cheap when
