@@ -68,7 +68,10 @@ typedef struct twohop_request {
     int count;
     ompi_datatype_t *dtype;
     ompi_op_t *op;
-    call_args a;              /* served: this start's buffer views (kinds set at each start) */
+    call_args a;              /* served: this start's buffer views */
+    bool kinds_fixed;         /* served: a.kin/a.kout were taken when the request was made
+                                 (MPI binds a request's buffers to it: a persistent request's
+                                 starts do not ask the driver again); else at each start */
     ompi_request_t *inner;    /* staged: the previous module's request */
     staging fin, fout;        /* staged: host copies of the send / receive buffers */
     int kin, kout;            /* staged: memory kinds of the user's buffers */
@@ -269,8 +272,10 @@ static int start_one(twohop_request *r) {
         return MPI_SUCCESS;
     }
     const bool in_place = r->sbuf == MPI_IN_PLACE;
-    r->a.kout = twohop_memory_kind(r->rbuf);
-    r->a.kin = in_place ? r->a.kout : twohop_memory_kind(r->sbuf);
+    if (!r->kinds_fixed) {
+        r->a.kout = twohop_memory_kind(r->rbuf);
+        r->a.kin = in_place ? r->a.kout : twohop_memory_kind(r->sbuf);
+    }
     int rc = prepare_buffers(&r->a, r->sbuf, r->rbuf, r->count, r->dtype);
     log_call(r->m, r->persistent ? "persistent allreduce start" : "iallreduce", &r->a, in_place);
     __atomic_add_fetch(r->persistent ? &twohop_persistent_starts : &twohop_nonblocking_calls, 1,
@@ -336,6 +341,7 @@ static twohop_request *new_request(twohop_module *m, req_kind kind, bool persist
     memset(&r->fout, 0, sizeof(r->fout));
     r->next = NULL;
     r->failed_err = MPI_SUCCESS;
+    r->kinds_fixed = false;
     OBJ_RETAIN(m->comm);
     OBJ_RETAIN(dtype);
     OBJ_RETAIN(op);
@@ -658,6 +664,9 @@ static int create(const void *sbuf, void *rbuf, int count, ompi_datatype_t *dtyp
          * reduction's user context must point into the request, which outlives the call. */
         r->a = a;
         if (r->a.red.op == TWOHOP_OP_USER) r->a.red.user_ctx = &r->a.uctx;
+        r->a.kin = kin;
+        r->a.kout = kout;
+        r->kinds_fixed = true;
     }
     *request = &r->nbc.super;
     if (persistent) {
