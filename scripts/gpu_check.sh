@@ -158,6 +158,10 @@ if [[ $mode == formsbench ]]; then
                 -T mpi_float -m 8:16777216 >"$out/blocking_twohop.txt" 2>&1
             echo "== osu_allreduce (blocking), 8 ranks, host buffers, coll twohop"
             grep -E "^#|^[0-9]" "$out/blocking_twohop.txt"
+            bash mpi_tests/run_mpi.sh -n 16 -b "$build" -t 300 -- "$OMB_DIR/osu_iallreduce" \
+                -T mpi_float -m 8:16777216 >"$out/overlap_twohop_np16.txt" 2>&1
+            echo "== osu_iallreduce, 16 ranks, host buffers, coll twohop"
+            grep -E "^#|^[0-9]" "$out/overlap_twohop_np16.txt"
         fi
         for np in 8 16; do
             bash mpi_tests/run_mpi.sh -n $np -b "$build" -t 300 -- "$build/mpi_tests/forms_bench" \
