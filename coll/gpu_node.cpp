@@ -380,18 +380,20 @@ int vote_no(twohop_comm *c, uint64_t s) {
 }
 
 /*
- * The kernel arguments of this rank's shard on one node: every input to every output, peers'
- * buffers opened through CUDA IPC. Returns a twohop_status.
+ * The kernel arguments of this rank's shard on one node (the whole message when `whole`):
+ * every input to every output, peers' buffers opened through CUDA IPC. Returns a
+ * twohop_status.
  */
 int shard_args(twohop_comm *c, const GpuDesc *peer, int device, bool one_device,
                char *my_in, char *my_out, uint64_t count, const twohop_reduction &red,
-               twohop_gpu_args *a) {
+               bool whole, twohop_gpu_args *a) {
     const int L = c->topo.local_size();
     const int me = c->topo.local_rank;
     std::memset(a, 0, sizeof(*a));
     const uint64_t ib = red.item_bytes;
-    const twohop::Range sh = twohop::split_even(count, static_cast<uint64_t>(L),
-                                                static_cast<uint64_t>(me));
+    const twohop::Range sh = whole ? twohop::Range{0, count}
+                                   : twohop::split_even(count, static_cast<uint64_t>(L),
+                                                        static_cast<uint64_t>(me));
     for (int l = 0; l < L; ++l) {
         char *sp = my_in, *rp = my_out;
         if (l != me) {
@@ -492,22 +494,31 @@ int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_us
         return decline(c, s); // the pipeline runs the call, from this seq on
     }
 
-    // The GPU path: my shard of the message, from every input into every output.
-    twohop_gpu_args a;
-    rc = shard_args(c, peer, device, one_device, stage_in ? send_stage : in.device,
-                    stage_out ? recv_stage : out.device, count, red, &a);
-    if (rc != TWOHOP_OK) return rc;
-    if (c->verbose >= 3) {
-        char msg[320];
-        std::snprintf(msg, sizeof(msg),
-                      "GPU path: seq %llu, %llu elements, staged in %d out %d, vector %d, "
-                      "in[0] %p out[0] %p in[1] %p out[1] %p", static_cast<unsigned long long>(s),
-                      static_cast<unsigned long long>(a.n), stage_in, stage_out, a.vec, a.in[0],
-                      a.out[0], a.in[1], a.out[1]);
-        c->host.log(3, msg);
-    }
-    if (!cuda::launch_and_wait(device, kernel_name(red.dtype, red.op), &a, sizeof(a), a.n)) {
-        return gpu_error(c, "the reduction kernel failed on local rank", me);
+    // The GPU path: my shard of the message, from every input into every output. When every
+    // local rank's buffers are on one GPU (one_device is the same on every rank: each compares
+    // all descriptors), local rank 0 reduces the whole message in one kernel and the others
+    // launch nothing: one launch and one synchronisation per call instead of one per rank,
+    // which under MPS cost more than the reduction itself at small sizes.
+    const bool one_kernel = one_device && c->gpu_one_kernel;
+    if (!one_kernel || me == 0) {
+        twohop_gpu_args a;
+        rc = shard_args(c, peer, device, one_device, stage_in ? send_stage : in.device,
+                        stage_out ? recv_stage : out.device, count, red, one_kernel, &a);
+        if (rc != TWOHOP_OK) return rc;
+        if (c->verbose >= 3) {
+            char msg[320];
+            std::snprintf(msg, sizeof(msg),
+                          "GPU path: seq %llu, %llu elements%s, staged in %d out %d, vector %d, "
+                          "in[0] %p out[0] %p in[1] %p out[1] %p",
+                          static_cast<unsigned long long>(s),
+                          static_cast<unsigned long long>(a.n),
+                          one_kernel ? " (the node's one kernel)" : "", stage_in, stage_out,
+                          a.vec, a.in[0], a.out[0], a.in[1], a.out[1]);
+            c->host.log(3, msg);
+        }
+        if (!cuda::launch_and_wait(device, kernel_name(red.dtype, red.op), &a, sizeof(a), a.n)) {
+            return gpu_error(c, "the reduction kernel failed on local rank", me);
+        }
     }
     tick(3);
     mine.reduced.store(s, std::memory_order_release);
@@ -887,9 +898,9 @@ int gpu_node_enqueue(twohop_comm *c, const twohop_userbuf &in, const twohop_user
         if ((rc = gpu_enqueue_drain(c)) != TWOHOP_OK) return rc;
         return decline(c, s);
     }
-    twohop_gpu_args a;
+    twohop_gpu_args a; // every rank its shard (the stream-ordered form has no one-kernel mode)
     rc = shard_args(c, peer, device, one_device, stage_in ? send_stage : in.device,
-                    stage_out ? recv_stage : out.device, count, red, &a);
+                    stage_out ? recv_stage : out.device, count, red, false, &a);
     if (rc != TWOHOP_OK) return rc;
 
     // Everything else on the application's stream.

@@ -32,8 +32,9 @@
 #          MPI_FLOAT, 8 ranks: twohop against tuned/libnbc in the same run, and twohop's
 #          blocking osu_allreduce beside it); and the three forms of one allreduce in the same
 #          run (mpi_tests/forms_bench, host buffers, 8 and 16 ranks).
-#   node8: one node, 8 ranks on one GPU, device buffers 8 B - 1 MiB (device_allreduce bench)
-#          against the same-run HBM bound (every rank copying n bytes device-to-device at once).
+#   node8: one node, 8 and 4 ranks on one GPU, device buffers 8 B - 1 MiB (device_allreduce
+#          bench) against the same-run HBM bound (every rank copying n bytes device-to-device at
+#          once), with coll_twohop_gpu_one_kernel 1 and 0; the phases at 8 ranks.
 #   host: the host-memory table (scripts/bench_table.sh: twohop, tuned, han, two virtual nodes,
 #         copy bound) at 8 and 16 ranks, as docs/perf.md's 16-core section.
 #   mpich: MPICH instead of Open MPI, host buffers: build the PMPI library against Debian 12's
@@ -129,10 +130,13 @@ trap 'echo quit | nvidia-cuda-mps-control; echo "gpu_check: MPS stopped"' EXIT
 # --- mode node8: the single-node GPU path's small sizes against the same-run bound.
 if [[ $mode == node8 ]]; then
     for np in 8 4; do
-        CUDA_VISIBLE_DEVICES=0 bash mpi_tests/run_mpi.sh -n $np -b "$build" -t "${RUN_TIMEOUT:-300}" -- \
-            "$build/mpi_tests/device_allreduce" bench --max 1048576 >"$out/node_np$np.txt" 2>&1
-        echo "== one node, $np ranks on one GPU, device buffers"
-        grep -E "^#|^ *[0-9b]" "$out/node_np$np.txt"
+        for k in 1 0; do # coll_twohop_gpu_one_kernel: local rank 0's one kernel, or a kernel per rank
+            CUDA_VISIBLE_DEVICES=0 bash mpi_tests/run_mpi.sh -n $np -b "$build" -t "${RUN_TIMEOUT:-300}" \
+                -m coll_twohop_gpu_one_kernel=$k -- \
+                "$build/mpi_tests/device_allreduce" bench --max 1048576 >"$out/node_np${np}_k$k.txt" 2>&1
+            echo "== one node, $np ranks on one GPU, device buffers, gpu_one_kernel $k"
+            grep -E "^#|^ *[0-9b]" "$out/node_np${np}_k$k.txt"
+        done
     done
     # Where the calling thread spends a GPU-path call (verbose 2: the mean per phase, logged at
     # the communicator's end), 8 ranks, 8 B - 8 KiB.
