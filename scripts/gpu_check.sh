@@ -138,6 +138,14 @@ if [[ $mode == node8 ]]; then
             grep -E "^#|^ *[0-9b]" "$out/node_np${np}_k$k.txt"
         done
     done
+    # The whole range at 8 ranks, both modes (large sizes are bound by HBM either way).
+    for k in 1 0; do
+        CUDA_VISIBLE_DEVICES=0 bash mpi_tests/run_mpi.sh -n 8 -b "$build" -t "${RUN_TIMEOUT:-300}" \
+            -m coll_twohop_gpu_one_kernel=$k -- \
+            "$build/mpi_tests/device_allreduce" bench --max 268435456 >"$out/node_np8_k${k}_large.txt" 2>&1
+        echo "== one node, 8 ranks on one GPU, up to 256 MiB, gpu_one_kernel $k"
+        grep -E "^ *[0-9]" "$out/node_np8_k${k}_large.txt" | awk '$1 >= 2097152'
+    done
     # Where the calling thread spends a GPU-path call (verbose 2: the mean per phase, logged at
     # the communicator's end), 8 ranks, 8 B - 8 KiB.
     CUDA_VISIBLE_DEVICES=0 bash mpi_tests/run_mpi.sh -n 8 -b "$build" -t "${RUN_TIMEOUT:-300}" \
