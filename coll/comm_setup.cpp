@@ -58,9 +58,9 @@ struct RankInfo {
     int64_t pid;
     uint64_t segment_bytes, small_msg_bytes;
     int32_t depth, post_batch;
-    int32_t latency_hop2, gpu_posted, gpu_one_kernel;
+    int32_t latency_hop2, gpu_posted;
     int32_t posted_batch, hop2_algorithm;
-    uint64_t rhd_max_bytes;
+    uint64_t rhd_max_bytes, one_kernel_bytes;
     int32_t rhd_min_nodes, vnode_shm;
     uint64_t host_key; // the real host (virtual_nodes replaces node_key)
     int32_t vn_error; // this rank could not parse coll_twohop_virtual_nodes
@@ -117,10 +117,6 @@ std::string validate(const twohop_params &p) {
     if (p.hop2_rabenseifner_min_nodes < 2) {
         return "coll_twohop_hop2_rabenseifner_min_nodes " +
                std::to_string(p.hop2_rabenseifner_min_nodes) + " below 2";
-    }
-    if (p.gpu_one_kernel < 0 || p.gpu_one_kernel > 1) {
-        return "coll_twohop_gpu_one_kernel " + std::to_string(p.gpu_one_kernel) +
-               " out of range 0..1";
     }
     if (p.gpu_posted < 0 || p.gpu_posted > 1) {
         return "coll_twohop_gpu_posted " + std::to_string(p.gpu_posted) + " out of range 0..1";
@@ -348,7 +344,7 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
     me.post_batch = prm.post_batch;
     me.latency_hop2 = prm.latency_hop2;
     me.gpu_posted = prm.gpu_posted;
-    me.gpu_one_kernel = prm.gpu_one_kernel;
+    me.one_kernel_bytes = prm.gpu_one_kernel_max_bytes;
     me.posted_batch = prm.posted_batch;
     me.hop2_algorithm = prm.hop2_algorithm;
     me.rhd_max_bytes = prm.hop2_rabenseifner_max_bytes;
@@ -384,7 +380,7 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
             info[r].depth != info[0].depth || info[r].post_batch != info[0].post_batch ||
             info[r].latency_hop2 != info[0].latency_hop2 ||
             info[r].gpu_posted != info[0].gpu_posted ||
-            info[r].gpu_one_kernel != info[0].gpu_one_kernel ||
+            info[r].one_kernel_bytes != info[0].one_kernel_bytes ||
             info[r].posted_batch != info[0].posted_batch ||
             info[r].hop2_algorithm != info[0].hop2_algorithm ||
             info[r].rhd_max_bytes != info[0].rhd_max_bytes ||
@@ -413,7 +409,7 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
     c->post_batch = prm.post_batch;
     c->latency_hop2 = prm.latency_hop2;
     c->gpu_posted = prm.gpu_posted != 0;
-    c->gpu_one_kernel = prm.gpu_one_kernel != 0;
+    c->gpu_one_kernel_bytes = prm.gpu_one_kernel_max_bytes;
     c->hop2_alg = prm.hop2_algorithm;
     c->rhd_max_bytes = prm.hop2_rabenseifner_max_bytes;
     c->rhd_min_nodes = prm.hop2_rabenseifner_min_nodes;

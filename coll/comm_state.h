@@ -98,7 +98,7 @@ struct twohop_comm {
     // doubling (latency_hop2 0) with endpoints to its partners by node position, one per set.
     int latency_hop2 = 0;
     bool gpu_posted = false;               // coll_twohop_gpu_posted (agreed at set-up)
-    bool gpu_one_kernel = true;            // coll_twohop_gpu_one_kernel (agreed at set-up)
+    uint64_t gpu_one_kernel_bytes = 0;     // coll_twohop_gpu_one_kernel_max_bytes (agreed)
     bool async_progress = true;            // coll_twohop_async_progress (this process)
     bool vnode_shm = false;                // coll_twohop_vnode_shm_transport (agreed)
     int posted_batch = 1;                  // coll_twohop_posted_batch

@@ -496,10 +496,11 @@ int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_us
 
     // The GPU path: my shard of the message, from every input into every output. When every
     // local rank's buffers are on one GPU (one_device is the same on every rank: each compares
-    // all descriptors), local rank 0 reduces the whole message in one kernel and the others
-    // launch nothing: one launch and one synchronisation per call instead of one per rank,
-    // which under MPS cost more than the reduction itself at small sizes.
-    const bool one_kernel = one_device && c->gpu_one_kernel;
+    // all descriptors) and the call is at most gpu_one_kernel_bytes, local rank 0 reduces the
+    // whole message in one kernel and the others launch nothing: one launch and one
+    // synchronisation per call instead of one per rank, which under MPS cost more than the
+    // reduction itself below a few MiB (above 64 MiB one kernel per rank was a few % faster).
+    const bool one_kernel = one_device && bytes <= c->gpu_one_kernel_bytes;
     if (!one_kernel || me == 0) {
         twohop_gpu_args a;
         rc = shard_args(c, peer, device, one_device, stage_in ? send_stage : in.device,

@@ -34,7 +34,8 @@
 #          run (mpi_tests/forms_bench, host buffers, 8 and 16 ranks).
 #   node8: one node, 8 and 4 ranks on one GPU, device buffers 8 B - 1 MiB (device_allreduce
 #          bench) against the same-run HBM bound (every rank copying n bytes device-to-device at
-#          once), with coll_twohop_gpu_one_kernel 1 and 0; the phases at 8 ranks.
+#          once), with coll_twohop_gpu_one_kernel_max_bytes at its default and 0 (to 256 MiB: every size and 0); the
+#          phases at 8 ranks.
 #   host: the host-memory table (scripts/bench_table.sh: twohop, tuned, han, two virtual nodes,
 #         copy bound) at 8 and 16 ranks, as docs/perf.md's 16-core section.
 #   mpich: MPICH instead of Open MPI, host buffers: build the PMPI library against Debian 12's
@@ -130,20 +131,20 @@ trap 'echo quit | nvidia-cuda-mps-control; echo "gpu_check: MPS stopped"' EXIT
 # --- mode node8: the single-node GPU path's small sizes against the same-run bound.
 if [[ $mode == node8 ]]; then
     for np in 8 4; do
-        for k in 1 0; do # coll_twohop_gpu_one_kernel: local rank 0's one kernel, or a kernel per rank
+        for k in 1 0; do # local rank 0's one kernel (default), or a kernel per rank
             CUDA_VISIBLE_DEVICES=0 bash mpi_tests/run_mpi.sh -n $np -b "$build" -t "${RUN_TIMEOUT:-300}" \
-                -m coll_twohop_gpu_one_kernel=$k -- \
+                -m coll_twohop_gpu_one_kernel_max_bytes=$((k ? 67108864 : 0)) -- \
                 "$build/mpi_tests/device_allreduce" bench --max 1048576 >"$out/node_np${np}_k$k.txt" 2>&1
-            echo "== one node, $np ranks on one GPU, device buffers, gpu_one_kernel $k"
+            echo "== one node, $np ranks on one GPU, device buffers, one kernel $k"
             grep -E "^#|^ *[0-9b]" "$out/node_np${np}_k$k.txt"
         done
     done
     # The whole range at 8 ranks, both modes (large sizes are bound by HBM either way).
     for k in 1 0; do
         CUDA_VISIBLE_DEVICES=0 bash mpi_tests/run_mpi.sh -n 8 -b "$build" -t "${RUN_TIMEOUT:-300}" \
-            -m coll_twohop_gpu_one_kernel=$k -- \
+            -m coll_twohop_gpu_one_kernel_max_bytes=$((k ? 1073741824 : 0)) -- \
             "$build/mpi_tests/device_allreduce" bench --max 268435456 >"$out/node_np8_k${k}_large.txt" 2>&1
-        echo "== one node, 8 ranks on one GPU, up to 256 MiB, gpu_one_kernel $k"
+        echo "== one node, 8 ranks on one GPU, up to 256 MiB, one kernel $k"
         grep -E "^ *[0-9]" "$out/node_np8_k${k}_large.txt" | awk '$1 >= 2097152'
     done
     # Where the calling thread spends a GPU-path call (verbose 2: the mean per phase, logged at
