@@ -22,14 +22,15 @@
  *          the three forms, device/managed/pool/pinned buffers, in place and not, a vector
  *          datatype with holes: exact results, holes untouched (coll/self copies with a host
  *          memcpy, which crashes on device memory). Also under mpirun -np 1.
- *        device_allreduce bench [--stage] [--pinned] [--max BYTES]
+ *        device_allreduce bench [--stage] [--pinned] [--max BYTES] [--repeat R]
  *          MPI_FLOAT sum on device buffers, 8 B .. BYTES (default 256 MiB, x4 steps): median
  *          over iterations of the slowest rank's time, the calling thread's CPU time per call,
  *          and the HBM bound (all ranks copy n bytes device-to-device at once) measured in the
  *          same run; --stage times device->host copy, MPI_Allreduce on host, host->device copy
  *          instead (the way users stage by hand with a non-CUDA-aware MPI); --pinned adds the
  *          pinned-copy bound: all ranks copy n bytes device-to-pinned-host at once (pinned_us),
- *          the node's PCIe bandwidth that host-staged hop 2 must go through twice.
+ *          the node's PCIe bandwidth that host-staged hop 2 must go through twice; --repeat:
+ *          the whole sweep R times in the same run (rows printed each time).
  * Each rank uses GPU (local rank mod device count). Exit 0 on success.
  */
 #define _GNU_SOURCE
@@ -334,6 +335,8 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+static int g_repeat = 1; /* bench --repeat: the size sweep this many times */
+
 static int bench(bool stage, bool pinned, size_t max_bytes) {
     float *d_in, *d_out, *h_in = NULL, *h_out = NULL;
     CK(cudaMalloc((void **)&d_in, max_bytes));
@@ -349,6 +352,7 @@ static int bench(bool stage, bool pinned, size_t max_bytes) {
         printf("%12s %12s %10s %12s %12s %9s%s\n", "bytes", "median_us", "busbw_GBs", "bound_us",
                "of_bound_%", "cpu_us", pinned ? "    pinned_us pinned_GBs" : "");
     }
+    for (int rep = 0; rep < g_repeat; rep++)
     for (size_t n = 8; n <= max_bytes; n = n * 4 > max_bytes && n < max_bytes ? max_bytes : n * 4) {
         const int iters = n <= (1 << 20) ? 50 : n <= (16 << 20) ? 20 : 8;
         double *t = malloc(iters * sizeof(double));
@@ -453,6 +457,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--stage")) stage = true;
         else if (!strcmp(argv[i], "--pinned")) pinned = true;
         else if (!strcmp(argv[i], "--max") && i + 1 < argc) max_bytes = strtoull(argv[++i], NULL, 0);
+        else if (!strcmp(argv[i], "--repeat") && i + 1 < argc) g_repeat = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--form") && i + 1 < argc) {
             ++i;
             g_form = !strcmp(argv[i], "nonblocking") ? FORM_NONBLOCKING

@@ -22,6 +22,8 @@
 #          (one node: the GPU path; two virtual nodes: GPU hop 1; non-blocking, persistent and
 #          stream-ordered forms) and host buffers, then the time against float for the same element count,
 #          device and host buffers, 8 ranks.
+#   small8: 8 ranks on one GPU, 8 B - 2 KiB swept three times in one run, and the phases of
+#          8 B calls alone.
 #   formsbench: the timings of mode forms only (forms_bench at 8 and 16 ranks; with OMB_DIR
 #          the host overlap table), no checks.
 #   forms: the non-blocking and persistent forms on device buffers (one GPU, two virtual nodes),
@@ -154,6 +156,23 @@ if [[ $mode == node8 ]]; then
         >"$out/node_np8_phases.txt" 2>&1
     echo "== GPU path phases, 8 ranks, 8 B - 8 KiB"
     grep -E "GPU path: [0-9]+ calls" "$out/node_np8_phases.txt" | head -8
+    exit 0
+fi
+
+# --- mode small8: the smallest sizes at 8 ranks on one GPU, the sweep twice in one run (is the
+# first row's extra time a start-up cost?), and the phases of 8 B calls alone.
+if [[ $mode == small8 ]]; then
+    CUDA_VISIBLE_DEVICES=0 bash mpi_tests/run_mpi.sh -n 8 -b "$build" -t "${RUN_TIMEOUT:-300}" -- \
+        "$build/mpi_tests/device_allreduce" bench --max 2048 --repeat 3 >"$out/small8.txt" 2>&1
+    echo "== one node, 8 ranks on one GPU, 8 B - 2 KiB, three sweeps"
+    grep -E "^ *[0-9]" "$out/small8.txt"
+    for max in 8 32; do
+        CUDA_VISIBLE_DEVICES=0 bash mpi_tests/run_mpi.sh -n 8 -b "$build" -t "${RUN_TIMEOUT:-300}" \
+            -m coll_twohop_verbose=2 -- "$build/mpi_tests/device_allreduce" bench --max $max \
+            >"$out/small8_phases_$max.txt" 2>&1
+        echo "== GPU path phases, 8 ranks, 8 B - $max B"
+        grep -E "GPU path: [0-9]+ calls" "$out/small8_phases_$max.txt" | head -3
+    done
     exit 0
 fi
 
