@@ -21,6 +21,8 @@
 namespace {
 
 using twohop::RankFlags;
+
+void *flag_addr(twohop_comm *c, int l, std::atomic<uint64_t> RankFlags::*which);
 namespace cuda = twohop::cuda;
 
 /* What a local rank publishes in its descriptor block for one call. */
@@ -88,6 +90,32 @@ bool publish(twohop_comm *c, char *p, const cuda::PointerInfo &pi, int which, in
 }
 
 /*
+ * The node's shared-memory segment (control block, slots) registered with the driver for
+ * `device`, once per communicator and device: hop 1 on several nodes writes into it, the
+ * stream-ordered form and the one-kernel node path have the GPU write and wait for flags in
+ * it. False when it cannot be (then the caller does without).
+ */
+bool map_control_block(twohop_comm *c, int device) {
+    GpuHop1 &h = c->gpu_hop1;
+    if (h.reg_device == device) return true;
+    // A stream-ordered call of this rank may still wait on and write the flags through the
+    // old registration: decline (the caller drains the stream before it goes on) rather than
+    // drop the registration under it.
+    if (h.enq_pending || h.reg_failed_device == device) return false;
+    char *base = c->shm.desc(0) - c->shm.layout().desc_offset(0);
+    if (h.shm_host) cuda::host_unregister(h.reg_device, h.shm_host);
+    h.shm_host = base;
+    h.reg_bytes = c->shm.layout().total_bytes();
+    h.shm_dev = static_cast<char *>(cuda::host_register(device, base, h.reg_bytes));
+    h.reg_device = h.shm_dev ? device : -1;
+    if (!h.shm_dev) {
+        h.shm_host = nullptr;
+        h.reg_failed_device = device; // not retried on every call
+    }
+    return h.shm_dev != nullptr;
+}
+
+/*
  * My descriptor of a call of `bytes` bytes (items of red.item_bytes), called as
  * twohop_allreduce_enqueue when `enqueue`: fills d, *device and which staging buffers this
  * call uses (stage_in: copy my input there first; stage_out: copy the result from there
@@ -126,25 +154,7 @@ void describe(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &ou
     // Hop 1 (several nodes) writes into the registered shared-memory segment; stream-ordered
     // calls have the GPU write and wait for the flags there.
     if (enqueue && !cuda::flag_ops_supported(*device)) return;
-    if (c->topo.n_nodes() > 1 || enqueue) {
-        GpuHop1 &h = c->gpu_hop1;
-        char *base = c->shm.desc(0) - c->shm.layout().desc_offset(0);
-        if (h.reg_device != *device) {
-            // A stream-ordered call of this rank may still wait on and write the flags
-            // through the old registration: decline this call (the caller drains the stream
-            // before it goes on) rather than drop the registration under it.
-            if (h.enq_pending) return;
-            if (h.shm_host) cuda::host_unregister(h.reg_device, h.shm_host);
-            h.shm_host = base;
-            h.reg_bytes = c->shm.layout().total_bytes();
-            h.shm_dev = static_cast<char *>(cuda::host_register(*device, base, h.reg_bytes));
-            h.reg_device = h.shm_dev ? *device : -1;
-            if (!h.shm_dev) {
-                h.shm_host = nullptr;
-                return;
-            }
-        }
-    }
+    if ((c->topo.n_nodes() > 1 || enqueue) && !map_control_block(c, *device)) return;
     d->can = 1;
 }
 
@@ -501,6 +511,10 @@ int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_us
     // synchronisation per call instead of one per rank, which under MPS cost more than the
     // reduction itself below a few MiB (above 64 MiB one kernel per rank was a few % faster).
     const bool one_kernel = one_device && bytes <= c->gpu_one_kernel_bytes;
+    // How local rank 0 tells the others its kernel ended (its own choice: they wait for its
+    // reduced flag either way).
+    const bool gpu_signals = one_kernel && me == 0 && cuda::flag_ops_supported(device) &&
+                             map_control_block(c, device);
     if (!one_kernel || me == 0) {
         twohop_gpu_args a;
         rc = shard_args(c, peer, device, one_device, stage_in ? send_stage : in.device,
@@ -517,12 +531,35 @@ int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_us
                           a.vec, a.in[0], a.out[0], a.in[1], a.out[1]);
             c->host.log(3, msg);
         }
-        if (!cuda::launch_and_wait(device, kernel_name(red.dtype, red.op), &a, sizeof(a), a.n)) {
+        if (one_kernel && gpu_signals) {
+            // The GPU writes my reduced flag after the kernel (a stream memory operation, with
+            // its memory fence): the peers see the result ready without a host round trip, and
+            // no cuStreamSynchronize (costly under MPS) runs. I poll the flag, the stream's
+            // fence for a failed kernel, and the node.
+            GpuHop1 &h = c->gpu_hop1;
+            if (!cuda::launch(device, kernel_name(red.dtype, red.op), &a, sizeof(a), a.n) ||
+                !cuda::write_flag(device, nullptr, flag_addr(c, me, &RankFlags::reduced), s) ||
+                !h.node_fence.record(device)) {
+                return gpu_error(c, "launching the reduction kernel failed on local rank", me);
+            }
+            bool failed = false;
+            unsigned rounds = 0;
+            rc = c->poll_until([&]() { // 64 looks at the flag between two polls of the node
+                for (int k = 0; k < 64; ++k) {
+                    if (mine.reduced.load(std::memory_order_acquire) >= s) return true;
+                }
+                if (++rounds % 16 == 0 && h.node_fence.query() < 0) failed = true;
+                return failed;
+            });
+            if (failed) return gpu_error(c, "the reduction kernel failed on local rank", me);
+            if (rc != TWOHOP_OK) return rc;
+        } else if (!cuda::launch_and_wait(device, kernel_name(red.dtype, red.op), &a, sizeof(a),
+                                          a.n)) {
             return gpu_error(c, "the reduction kernel failed on local rank", me);
         }
     }
     tick(3);
-    mine.reduced.store(s, std::memory_order_release);
+    if (!(one_kernel && gpu_signals && me == 0)) mine.reduced.store(s, std::memory_order_release);
     if ((rc = c->wait_all(&RankFlags::reduced, s)) != TWOHOP_OK) return rc;
     tick(4);
     if (stage_out && !cuda::copy(out.device, recv_stage, bytes)) {

@@ -86,6 +86,7 @@ struct GpuHop1 {
     char *shm_host = nullptr;       // the registered segment, and where kernels see it
     char *shm_dev = nullptr;
     int reg_device = -1;
+    int reg_failed_device = -1;     // registering for this device failed once: not retried
     uint64_t reg_bytes = 0;
     twohop::cuda::Fence fence;      // end of the work enqueued for the current segment
     bool pending = false;           // work was enqueued since the fence was last passed
@@ -94,6 +95,9 @@ struct GpuHop1 {
     // application's stream. A host-side call on this communicator first waits for it: the GPU
     // writes this rank's flags, the host must not write them before it has.
     twohop::cuda::Fence enq_fence;
+    // One-kernel node path (local rank 0): the end of its kernel and of the GPU's write of its
+    // reduced flag.
+    twohop::cuda::Fence node_fence;
     bool enq_pending = false;
     int enq_device = -1;
     uint64_t enq_seq = 0; // its sequence number (a failure found when draining is that call's)
