@@ -66,6 +66,8 @@ typedef struct staging {
     char *host;     /* its host copy */
     size_t bytes;
     ptrdiff_t true_lb;
+    ompi_datatype_t *dtype; /* the type map copied back (only its bytes: stage_out) */
+    size_t count;
 } staging;
 
 /*

@@ -402,6 +402,8 @@ int stage_alloc(staging *st, const char *buf, ompi_datatype_t *dtype, size_t cou
     st->true_lb = true_lb;
     st->bytes = count ? (size_t)true_extent + (count - 1) * (size_t)extent : 0;
     st->user_lo = (char *)buf + true_lb;
+    st->dtype = dtype;
+    st->count = count;
     st->host = (char *)malloc(st->bytes + 1);
     return st->host == NULL ? TWOHOP_ERR_NO_MEMORY : TWOHOP_OK;
 }
@@ -418,8 +420,33 @@ int stage_in(staging *st, int kind, const char *buf, ompi_datatype_t *dtype, siz
 /* The buffer address to give MPI-level code for the staged copy. */
 char *staged_buf(const staging *st) { return st->host - st->true_lb; }
 
+/* Serialises the read-merge-write of stage_out (two calls in flight may have interleaved
+ * buffers: each one's holes are the other's results). */
+static opal_mutex_t stage_out_lock = OPAL_MUTEX_STATIC_INIT;
+
+/*
+ * Copies the result back into user memory: the type map's bytes only. A datatype with holes
+ * spans bytes that belong to the application (and possibly to another call in flight whose
+ * buffer interleaves with this one): they are read back first and written back unchanged.
+ */
 int stage_out(staging *st, int kind) {
-    return twohop_kind_from_host(kind, st->user_lo, st->host, st->bytes);
+    size_t tsize = 0;
+    ompi_datatype_type_size(st->dtype, &tsize);
+    if (st->bytes == 0 || tsize * st->count == st->bytes) { /* no holes */
+        return twohop_kind_from_host(kind, st->user_lo, st->host, st->bytes);
+    }
+    char *cur = (char *)malloc(st->bytes + 1);
+    if (cur == NULL) return TWOHOP_ERR_NO_MEMORY;
+    opal_mutex_lock(&stage_out_lock);
+    int rc = twohop_kind_to_host(kind, cur, st->user_lo, st->bytes);
+    if (rc == TWOHOP_OK) {
+        ompi_datatype_copy_content_same_ddt(st->dtype, st->count, cur - st->true_lb,
+                                            st->host - st->true_lb);
+        rc = twohop_kind_from_host(kind, st->user_lo, cur, st->bytes);
+    }
+    opal_mutex_unlock(&stage_out_lock);
+    free(cur);
+    return rc;
 }
 
 /* ------------------------------------------------ layouts and conversion ---- */

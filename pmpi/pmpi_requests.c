@@ -46,7 +46,8 @@ typedef struct staged_req {
     staging sin, sout;
     int kin, kout, in_place;
     int persistent;
-    int active; /* started, result not copied back yet */
+    int active;  /* started, result not copied back yet */
+    int claimed; /* a thread is in a completion call on it (staged_lock) */
     struct staged_req *next;
 } staged_req;
 static staged_req *staged_list;
@@ -55,22 +56,31 @@ static pthread_mutex_t staged_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static int any_staged(void) { return __atomic_load_n(&n_staged, __ATOMIC_RELAXED) != 0; }
 
-static staged_req *find(MPI_Request r, int unlink) {
+/*
+ * The staged request with handle r, claimed for the calling thread's completion call; NULL
+ * when r is not staged, or when its entry is claimed already: MPI lets one thread at a time
+ * complete a request, so a claimed entry is one whose request another thread has just
+ * completed, and r (the same value, handed out again by the MPI) names another request.
+ */
+static staged_req *claim(MPI_Request r) {
     if (r == MPI_REQUEST_NULL) return NULL;
     pthread_mutex_lock(&staged_lock);
-    staged_req **pp = &staged_list, *found = NULL;
-    for (; *pp; pp = &(*pp)->next) {
-        if ((*pp)->req == r) {
-            found = *pp;
-            if (unlink) {
-                *pp = found->next;
-                __atomic_sub_fetch(&n_staged, 1, __ATOMIC_RELAXED);
-            }
+    staged_req *found = NULL;
+    for (staged_req *e = staged_list; e; e = e->next) {
+        if (e->req == r && !e->claimed) {
+            e->claimed = 1;
+            found = e;
             break;
         }
     }
     pthread_mutex_unlock(&staged_lock);
     return found;
+}
+
+static void release(staged_req *s) {
+    pthread_mutex_lock(&staged_lock);
+    s->claimed = 0;
+    pthread_mutex_unlock(&staged_lock);
 }
 
 /* Takes s out of the list (by identity: its handle may already name a newer request). */
@@ -90,6 +100,26 @@ static void destroy(staged_req *s) {
     free(s->sin.host);
     free(s->sout.host);
     free(s);
+}
+
+/*
+ * A new request got handle r from the MPI: an entry with the same handle is stale -- its
+ * request was completed by a thread still in its completion call (claimed: that thread frees
+ * it), or by a binding the library does not wrap (freed here). It must never match r.
+ */
+static void drop_stale(MPI_Request r) {
+    pthread_mutex_lock(&staged_lock);
+    for (staged_req **pp = &staged_list; *pp;) {
+        staged_req *e = *pp;
+        if (e->req != r) {
+            pp = &e->next;
+            continue;
+        }
+        *pp = e->next;
+        __atomic_sub_fetch(&n_staged, 1, __ATOMIC_RELAXED);
+        if (!e->claimed) destroy(e);
+    }
+    pthread_mutex_unlock(&staged_lock);
 }
 
 static void insert(staged_req *s) {
@@ -144,6 +174,8 @@ static int finish(staged_req *s, int ok) {
     if (!s->persistent) {
         unlink_staged(s);
         destroy(s);
+    } else {
+        release(s);
     }
     return err;
 }
@@ -166,62 +198,85 @@ EXPORT int MPI_Iallreduce(const void *sbuf, void *rbuf, int count, MPI_Datatype 
         destroy(s);
         return err;
     }
-    /* A handle of a request completed behind the library's back (a binding it does not
-     * wrap) may come back: such a stale entry must never match this request. */
-    staged_req *stale = find(s->req, 1);
-    if (stale) destroy(stale);
+    drop_stale(s->req);
     s->active = 1;
     insert(s);
     *request = s->req;
     return MPI_SUCCESS;
 }
 
-/* The staged requests among reqs[0..n): map[i] (NULL when not staged); allocated when n is
- * large. Returns the number found, or -1 when the map could not be allocated. */
+/* The staged requests among reqs[0..n), claimed: map[i] (NULL when not staged). Returns the
+ * number found. */
 static int map_staged(int n, const MPI_Request reqs[], staged_req **map) {
     int found = 0;
     for (int i = 0; i < n; ++i) {
-        map[i] = find(reqs[i], 0);
+        map[i] = claim(reqs[i]);
         found += map[i] != NULL;
     }
     return found;
 }
 
-#define MAP_ON_STACK 64
-#define WITH_MAP(n, reqs, body_none)                                                           \
-    staged_req *stack_map_[MAP_ON_STACK];                                                      \
-    staged_req **map = (n) <= MAP_ON_STACK ? stack_map_ : malloc(sizeof(*map) * (size_t)(n));  \
-    if (map == NULL) return MPI_ERR_NO_MEM;                                                    \
-    if (map_staged((n), (reqs), map) == 0) {                                                   \
-        if (map != stack_map_) free(map);                                                      \
-        body_none;                                                                             \
+/* After a completion call: entry s (its handle now `handle` in the application's array)
+ * completed when a non-persistent request's handle became MPI_REQUEST_NULL, or when a
+ * persistent one was reported complete (`reported`); `ok`: without an error. Completed:
+ * finish (copy back when ok); otherwise the claim is released. Returns an MPI error code. */
+static int settle(staged_req *s, MPI_Request handle, int reported, int ok) {
+    const int completed = s->persistent ? reported : handle == MPI_REQUEST_NULL;
+    if (!completed) {
+        release(s);
+        return MPI_SUCCESS;
     }
+    return finish(s, ok);
+}
 
-/* Status error of entry i (MPI_ERR_IN_STATUS): whether that request succeeded. */
-static int status_ok(int err, const MPI_Status *statuses, int i) {
-    if (err == MPI_SUCCESS) return 1;
-    if (err != MPI_ERR_IN_STATUS || statuses == MPI_STATUSES_IGNORE) return 0;
-    return statuses[i].MPI_ERROR == MPI_SUCCESS;
+/* The claim map and, for the array forms, statuses: the application's array, or (with
+ * MPI_STATUSES_IGNORE) the library's, so that MPI_ERR_IN_STATUS is told apart per request. */
+#define ON_STACK 64
+#define WITH_ARRAYS(n, statuses)                                                               \
+    staged_req *stack_map_[ON_STACK];                                                          \
+    MPI_Status stack_st_[ON_STACK];                                                            \
+    staged_req **map = (n) <= ON_STACK ? stack_map_ : malloc(sizeof(*map) * (size_t)(n));      \
+    MPI_Status *st = (statuses) != MPI_STATUSES_IGNORE ? (statuses)                            \
+                     : (n) <= ON_STACK ? stack_st_ : malloc(sizeof(*st) * (size_t)(n));        \
+    if (map == NULL || st == NULL) {                                                           \
+        if (map && map != stack_map_) free(map);                                               \
+        if (st && st != stack_st_ && st != (statuses)) free(st);                               \
+        return MPI_ERR_NO_MEM;                                                                 \
+    }
+#define FREE_ARRAYS(statuses)                                                                  \
+    do {                                                                                       \
+        if (map != stack_map_) free(map);                                                      \
+        if (st != stack_st_ && st != (statuses)) free(st);                                     \
+    } while (0)
+
+/* Whether request i of an array form completed without an error, from the call's code. */
+static int entry_ok(int err, const MPI_Status *st, int i) {
+    return err == MPI_SUCCESS || (err == MPI_ERR_IN_STATUS && st[i].MPI_ERROR == MPI_SUCCESS);
+}
+/* Whether it was reported complete (MPI_ERR_PENDING: still pending, Open MPI). */
+static int entry_reported(int err, const MPI_Status *st, int i) {
+    return err == MPI_SUCCESS || (err == MPI_ERR_IN_STATUS && st[i].MPI_ERROR != MPI_ERR_PENDING);
 }
 
 EXPORT int MPI_Wait(MPI_Request *request, MPI_Status *status) {
-    staged_req *s = any_staged() && request ? find(*request, 0) : NULL;
+    staged_req *s = any_staged() && request ? claim(*request) : NULL;
     if (s == NULL) return PMPI_Wait(request, status);
     int err = PMPI_Wait(request, status);
-    const int ferr = finish(s, err == MPI_SUCCESS);
+    const int ferr = settle(s, *request, err == MPI_SUCCESS, err == MPI_SUCCESS);
     return err != MPI_SUCCESS ? err : ferr;
 }
 
 EXPORT int MPI_Test(MPI_Request *request, int *flag, MPI_Status *status) {
-    staged_req *s = any_staged() && request ? find(*request, 0) : NULL;
+    staged_req *s = any_staged() && request ? claim(*request) : NULL;
     if (s == NULL) return PMPI_Test(request, flag, status);
+    *flag = 0;
     int err = PMPI_Test(request, flag, status);
-    if (err != MPI_SUCCESS || !*flag) return err;
-    return finish(s, 1);
+    const int ferr = settle(s, *request, err == MPI_SUCCESS && *flag, err == MPI_SUCCESS);
+    return err != MPI_SUCCESS ? err : ferr;
 }
 
 EXPORT int MPI_Request_get_status(MPI_Request request, int *flag, MPI_Status *status) {
-    staged_req *s = any_staged() ? find(request, 0) : NULL;
+    staged_req *s = any_staged() ? claim(request) : NULL;
     int err = PMPI_Request_get_status(request, flag, status);
     /* Complete: the application may read its buffer now; the request stays (a later
      * completion call finds the result already copied). */
@@ -229,73 +284,108 @@ EXPORT int MPI_Request_get_status(MPI_Request request, int *flag, MPI_Status *st
         if (stage_out(&s->sout, s->kout) != TWOHOP_OK) err = MPI_ERR_OTHER;
         s->active = 0;
     }
+    if (s) release(s);
     return err;
 }
 
 EXPORT int MPI_Waitall(int n, MPI_Request reqs[], MPI_Status statuses[]) {
     if (!any_staged() || n <= 0) return PMPI_Waitall(n, reqs, statuses);
-    WITH_MAP(n, reqs, return PMPI_Waitall(n, reqs, statuses))
-    int err = PMPI_Waitall(n, reqs, statuses);
+    WITH_ARRAYS(n, statuses)
+    if (map_staged(n, reqs, map) == 0) {
+        FREE_ARRAYS(statuses);
+        return PMPI_Waitall(n, reqs, statuses);
+    }
+    int err = PMPI_Waitall(n, reqs, st);
     int ferr = MPI_SUCCESS;
     for (int i = 0; i < n; ++i) {
-        if (map[i]) {
-            const int e = finish(map[i], status_ok(err, statuses, i));
-            if (ferr == MPI_SUCCESS) ferr = e;
-        }
+        if (!map[i]) continue;
+        const int e = settle(map[i], reqs[i], entry_reported(err, st, i), entry_ok(err, st, i));
+        if (ferr == MPI_SUCCESS) ferr = e;
     }
-    if (map != stack_map_) free(map);
+    FREE_ARRAYS(statuses);
     return err != MPI_SUCCESS ? err : ferr;
 }
 
 EXPORT int MPI_Testall(int n, MPI_Request reqs[], int *flag, MPI_Status statuses[]) {
     if (!any_staged() || n <= 0) return PMPI_Testall(n, reqs, flag, statuses);
-    WITH_MAP(n, reqs, return PMPI_Testall(n, reqs, flag, statuses))
-    int err = PMPI_Testall(n, reqs, flag, statuses);
+    WITH_ARRAYS(n, statuses)
+    if (map_staged(n, reqs, map) == 0) {
+        FREE_ARRAYS(statuses);
+        return PMPI_Testall(n, reqs, flag, statuses);
+    }
+    *flag = 0;
+    int err = PMPI_Testall(n, reqs, flag, st);
     int ferr = MPI_SUCCESS;
-    const int done = (err == MPI_SUCCESS || err == MPI_ERR_IN_STATUS) && *flag;
-    for (int i = 0; done && i < n; ++i) {
-        if (map[i]) {
-            const int e = finish(map[i], status_ok(err, statuses, i));
-            if (ferr == MPI_SUCCESS) ferr = e;
+    for (int i = 0; i < n; ++i) {
+        if (!map[i]) continue;
+        const int e = settle(map[i], reqs[i], *flag && entry_reported(err, st, i),
+                             entry_ok(err, st, i));
+        if (ferr == MPI_SUCCESS) ferr = e;
+    }
+    FREE_ARRAYS(statuses);
+    return err != MPI_SUCCESS ? err : ferr;
+}
+
+/* MPI_Waitany / MPI_Testany: only reqs[index] can have completed; the other claims go. */
+static int settle_any(int err, staged_req **map, int n, MPI_Request reqs[], int index,
+                      int reported) {
+    int ferr = MPI_SUCCESS;
+    for (int i = 0; i < n; ++i) {
+        if (!map[i]) continue;
+        if (i == index) {
+            ferr = settle(map[i], reqs[i], reported && err == MPI_SUCCESS, err == MPI_SUCCESS);
+        } else {
+            release(map[i]);
         }
     }
-    if (map != stack_map_) free(map);
-    return err != MPI_SUCCESS ? err : ferr;
+    return ferr;
 }
 
 EXPORT int MPI_Waitany(int n, MPI_Request reqs[], int *index, MPI_Status *status) {
     if (!any_staged() || n <= 0) return PMPI_Waitany(n, reqs, index, status);
-    WITH_MAP(n, reqs, return PMPI_Waitany(n, reqs, index, status))
-    int err = PMPI_Waitany(n, reqs, index, status);
-    int ferr = MPI_SUCCESS;
-    if (*index != MPI_UNDEFINED && *index >= 0 && *index < n && map[*index]) {
-        ferr = finish(map[*index], err == MPI_SUCCESS);
+    WITH_ARRAYS(n, MPI_STATUSES_IGNORE)
+    if (map_staged(n, reqs, map) == 0) {
+        FREE_ARRAYS(MPI_STATUSES_IGNORE);
+        return PMPI_Waitany(n, reqs, index, status);
     }
-    if (map != stack_map_) free(map);
+    *index = MPI_UNDEFINED; /* not written on an argument error */
+    int err = PMPI_Waitany(n, reqs, index, status);
+    const int ferr = settle_any(err, map, n, reqs, *index, 1);
+    FREE_ARRAYS(MPI_STATUSES_IGNORE);
     return err != MPI_SUCCESS ? err : ferr;
 }
 
 EXPORT int MPI_Testany(int n, MPI_Request reqs[], int *index, int *flag, MPI_Status *status) {
     if (!any_staged() || n <= 0) return PMPI_Testany(n, reqs, index, flag, status);
-    WITH_MAP(n, reqs, return PMPI_Testany(n, reqs, index, flag, status))
-    int err = PMPI_Testany(n, reqs, index, flag, status);
-    int ferr = MPI_SUCCESS;
-    if (err == MPI_SUCCESS && *flag && *index != MPI_UNDEFINED && *index >= 0 && *index < n && map[*index]) {
-        ferr = finish(map[*index], err == MPI_SUCCESS);
+    WITH_ARRAYS(n, MPI_STATUSES_IGNORE)
+    if (map_staged(n, reqs, map) == 0) {
+        FREE_ARRAYS(MPI_STATUSES_IGNORE);
+        return PMPI_Testany(n, reqs, index, flag, status);
     }
-    if (map != stack_map_) free(map);
+    *index = MPI_UNDEFINED;
+    *flag = 0;
+    int err = PMPI_Testany(n, reqs, index, flag, status);
+    const int ferr = settle_any(err, map, n, reqs, *index, *flag);
+    FREE_ARRAYS(MPI_STATUSES_IGNORE);
     return err != MPI_SUCCESS ? err : ferr;
 }
 
-/* MPI_Waitsome / MPI_Testsome: the completed entries are indices[0..*outcount). */
-static int finish_some(int err, staged_req **map, int n, int outcount, const int indices[],
-                       const MPI_Status statuses[]) {
+/* MPI_Waitsome / MPI_Testsome: the completed entries are indices[0..outcount), st[k] the
+ * status of indices[k]; the other claims go. */
+static int settle_some(int err, staged_req **map, int n, MPI_Request reqs[], int outcount,
+                       const int indices[], const MPI_Status st[]) {
     int ferr = MPI_SUCCESS;
-    for (int k = 0; outcount != MPI_UNDEFINED && k < outcount; ++k) {
+    const int valid = (err == MPI_SUCCESS || err == MPI_ERR_IN_STATUS) &&
+                      outcount != MPI_UNDEFINED && outcount >= 0 && outcount <= n;
+    for (int k = 0; valid && k < outcount; ++k) {
         const int i = indices[k];
         if (i < 0 || i >= n || map[i] == NULL) continue;
-        const int e = finish(map[i], status_ok(err, statuses, k));
+        const int e = settle(map[i], reqs[i], entry_reported(err, st, k), entry_ok(err, st, k));
+        map[i] = NULL;
         if (ferr == MPI_SUCCESS) ferr = e;
+    }
+    for (int i = 0; i < n; ++i) {
+        if (map[i]) release(map[i]);
     }
     return ferr;
 }
@@ -303,33 +393,49 @@ static int finish_some(int err, staged_req **map, int n, int outcount, const int
 EXPORT int MPI_Waitsome(int n, MPI_Request reqs[], int *outcount, int indices[],
                         MPI_Status statuses[]) {
     if (!any_staged() || n <= 0) return PMPI_Waitsome(n, reqs, outcount, indices, statuses);
-    WITH_MAP(n, reqs, return PMPI_Waitsome(n, reqs, outcount, indices, statuses))
-    int err = PMPI_Waitsome(n, reqs, outcount, indices, statuses);
-    const int ferr = finish_some(err, map, n, *outcount, indices, statuses);
-    if (map != stack_map_) free(map);
+    WITH_ARRAYS(n, statuses)
+    if (map_staged(n, reqs, map) == 0) {
+        FREE_ARRAYS(statuses);
+        return PMPI_Waitsome(n, reqs, outcount, indices, statuses);
+    }
+    *outcount = MPI_UNDEFINED; /* not written on an argument error */
+    int err = PMPI_Waitsome(n, reqs, outcount, indices, st);
+    const int ferr = settle_some(err, map, n, reqs, *outcount, indices, st);
+    FREE_ARRAYS(statuses);
     return err != MPI_SUCCESS ? err : ferr;
 }
 
 EXPORT int MPI_Testsome(int n, MPI_Request reqs[], int *outcount, int indices[],
                         MPI_Status statuses[]) {
     if (!any_staged() || n <= 0) return PMPI_Testsome(n, reqs, outcount, indices, statuses);
-    WITH_MAP(n, reqs, return PMPI_Testsome(n, reqs, outcount, indices, statuses))
-    int err = PMPI_Testsome(n, reqs, outcount, indices, statuses);
-    const int ferr = finish_some(err, map, n, *outcount, indices, statuses);
-    if (map != stack_map_) free(map);
+    WITH_ARRAYS(n, statuses)
+    if (map_staged(n, reqs, map) == 0) {
+        FREE_ARRAYS(statuses);
+        return PMPI_Testsome(n, reqs, outcount, indices, statuses);
+    }
+    *outcount = MPI_UNDEFINED;
+    int err = PMPI_Testsome(n, reqs, outcount, indices, st);
+    const int ferr = settle_some(err, map, n, reqs, *outcount, indices, st);
+    FREE_ARRAYS(statuses);
     return err != MPI_SUCCESS ? err : ferr;
 }
 
 #if MPI_VERSION > 4 || (MPI_VERSION == 4 && MPI_SUBVERSION >= 1)
-/* MPI 4.1's non-destructive tests of several requests: complete staged ones get their result
- * copied back (as MPI_Request_get_status). */
-static int peek_done(staged_req **map, int n, int flag_all, const int *flags) {
+/* MPI 4.1's non-destructive tests of several requests: complete staged ones (every entry when
+ * `all`, else done_idx[0..ndone)) get their result copied back, as with
+ * MPI_Request_get_status; every claim is released. */
+static int peek_done(staged_req **map, int n, const int *done_idx, int ndone, int all) {
     int err = MPI_SUCCESS;
-    for (int i = 0; i < n; ++i) {
+    for (int k = 0; k < (all ? n : ndone); ++k) {
+        const int i = all ? k : done_idx[k];
+        if (i < 0 || i >= n) continue;
         staged_req *s = map[i];
-        if (s == NULL || !s->active || !(flag_all || (flags && flags[i]))) continue;
+        if (s == NULL || !s->active) continue;
         if (stage_out(&s->sout, s->kout) != TWOHOP_OK) err = MPI_ERR_OTHER;
         s->active = 0;
+    }
+    for (int i = 0; i < n; ++i) {
+        if (map[i]) release(map[i]);
     }
     return err;
 }
@@ -337,24 +443,26 @@ static int peek_done(staged_req **map, int n, int flag_all, const int *flags) {
 EXPORT int MPI_Request_get_status_all(int n, const MPI_Request reqs[], int *flag,
                                       MPI_Status statuses[]) {
     if (!any_staged() || n <= 0) return PMPI_Request_get_status_all(n, reqs, flag, statuses);
-    WITH_MAP(n, reqs, return PMPI_Request_get_status_all(n, reqs, flag, statuses))
+    WITH_ARRAYS(n, MPI_STATUSES_IGNORE)
+    (void)map_staged(n, reqs, map);
+    *flag = 0;
     int err = PMPI_Request_get_status_all(n, reqs, flag, statuses);
-    const int ferr = err == MPI_SUCCESS && *flag ? peek_done(map, n, 1, NULL) : MPI_SUCCESS;
-    if (map != stack_map_) free(map);
+    const int ferr = peek_done(map, n, NULL, 0, err == MPI_SUCCESS && *flag);
+    FREE_ARRAYS(MPI_STATUSES_IGNORE);
     return err != MPI_SUCCESS ? err : ferr;
 }
 
 EXPORT int MPI_Request_get_status_any(int n, const MPI_Request reqs[], int *index, int *flag,
                                       MPI_Status *status) {
     if (!any_staged() || n <= 0) return PMPI_Request_get_status_any(n, reqs, index, flag, status);
-    WITH_MAP(n, reqs, return PMPI_Request_get_status_any(n, reqs, index, flag, status))
+    WITH_ARRAYS(n, MPI_STATUSES_IGNORE)
+    (void)map_staged(n, reqs, map);
+    *index = MPI_UNDEFINED;
+    *flag = 0;
     int err = PMPI_Request_get_status_any(n, reqs, index, flag, status);
-    int ferr = MPI_SUCCESS;
-    if (err == MPI_SUCCESS && *flag && *index >= 0 && *index < n && map[*index]) {
-        staged_req *one[1] = {map[*index]};
-        ferr = peek_done(one, 1, 1, NULL);
-    }
-    if (map != stack_map_) free(map);
+    const int one = *index;
+    const int ferr = peek_done(map, n, &one, err == MPI_SUCCESS && *flag ? 1 : 0, 0);
+    FREE_ARRAYS(MPI_STATUSES_IGNORE);
     return err != MPI_SUCCESS ? err : ferr;
 }
 
@@ -363,26 +471,23 @@ EXPORT int MPI_Request_get_status_some(int n, const MPI_Request reqs[], int *out
     if (!any_staged() || n <= 0) {
         return PMPI_Request_get_status_some(n, reqs, outcount, indices, statuses);
     }
-    WITH_MAP(n, reqs, return PMPI_Request_get_status_some(n, reqs, outcount, indices, statuses))
+    WITH_ARRAYS(n, MPI_STATUSES_IGNORE)
+    (void)map_staged(n, reqs, map);
+    *outcount = MPI_UNDEFINED;
     int err = PMPI_Request_get_status_some(n, reqs, outcount, indices, statuses);
-    int ferr = MPI_SUCCESS;
-    for (int k = 0; err == MPI_SUCCESS && *outcount != MPI_UNDEFINED && k < *outcount; ++k) {
-        const int i = indices[k];
-        if (i < 0 || i >= n || map[i] == NULL) continue;
-        staged_req *one[1] = {map[i]};
-        const int e = peek_done(one, 1, 1, NULL);
-        if (ferr == MPI_SUCCESS) ferr = e;
-    }
-    if (map != stack_map_) free(map);
+    const int nd = err == MPI_SUCCESS && *outcount != MPI_UNDEFINED ? *outcount : 0;
+    const int ferr = peek_done(map, n, indices, nd, 0);
+    FREE_ARRAYS(MPI_STATUSES_IGNORE);
     return err != MPI_SUCCESS ? err : ferr;
 }
 #endif
 
 EXPORT int MPI_Request_free(MPI_Request *request) {
-    staged_req *s = any_staged() && request ? find(*request, 0) : NULL;
+    staged_req *s = any_staged() && request ? claim(*request) : NULL;
     if (s == NULL) return PMPI_Request_free(request);
     if (s->active) {
         /* Erroneous in MPI; refused so that the host copies outlive the MPI's call. */
+        release(s);
         fprintf(stderr, "twohop: MPI_Request_free of an active allreduce request (erroneous: "
                         "complete it first); the request stays valid\n");
         return MPI_ERR_REQUEST;
@@ -409,8 +514,7 @@ EXPORT int MPI_Allreduce_init(const void *sbuf, void *rbuf, int count, MPI_Datat
         destroy(s);
         return err;
     }
-    staged_req *stale = find(s->req, 1);
-    if (stale) destroy(stale);
+    drop_stale(s->req);
     insert(s);
     *request = s->req;
     return MPI_SUCCESS;
@@ -425,12 +529,19 @@ static int start_staged(staged_req *s, MPI_Request *request) {
 }
 
 EXPORT int MPI_Start(MPI_Request *request) {
-    staged_req *s = any_staged() && request ? find(*request, 0) : NULL;
-    return s ? start_staged(s, request) : PMPI_Start(request);
+    staged_req *s = any_staged() && request ? claim(*request) : NULL;
+    if (s == NULL) return PMPI_Start(request);
+    const int err = start_staged(s, request);
+    release(s);
+    return err;
 }
 
 EXPORT int MPI_Startall(int n, MPI_Request requests[]) {
-    if (!any_staged()) return PMPI_Startall(n, requests);
+    if (!any_staged() || n < 0 || requests == NULL) return PMPI_Startall(n, requests);
+    /* An erroneous array starts nothing (the MPI checks it whole first): let it say so. */
+    for (int i = 0; i < n; ++i) {
+        if (requests[i] == MPI_REQUEST_NULL) return PMPI_Startall(n, requests);
+    }
     for (int i = 0; i < n; ++i) { /* in order, as MPI_Startall starts them */
         int err = MPI_Start(&requests[i]);
         if (err != MPI_SUCCESS) return err;

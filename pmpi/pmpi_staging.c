@@ -1,6 +1,7 @@
 /* Host staging of device buffers for the PMPI library (pmpi_staging.h). */
 #include "pmpi_staging.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -10,6 +11,8 @@
 int stage_alloc(staging *st, const void *buf, MPI_Datatype dtype, uint64_t count) {
     twohop_mpi_span(dtype, count, &st->true_lb, &st->bytes);
     st->user_lo = (char *)buf + st->true_lb;
+    st->dtype = dtype;
+    st->count = count;
     st->host = (char *)malloc((size_t)st->bytes + 1);
     return st->host == NULL ? TWOHOP_ERR_NO_MEMORY : TWOHOP_OK;
 }
@@ -25,8 +28,39 @@ int stage_in(staging *st, int kind, const void *buf, MPI_Datatype dtype, uint64_
 
 char *staged_buf(const staging *st) { return st->host - st->true_lb; }
 
+/* Serialises stage_out's read-merge-write (calls in flight may interleave their buffers). */
+static pthread_mutex_t stage_out_lock = PTHREAD_MUTEX_INITIALIZER;
+
 int stage_out(const staging *st, int kind) {
-    return twohop_kind_from_host(kind, st->user_lo, st->host, (size_t)st->bytes);
+    int tsize = 0;
+    PMPI_Type_size(st->dtype, &tsize);
+    if (st->bytes == 0 || (uint64_t)tsize * st->count == st->bytes) { /* no holes */
+        return twohop_kind_from_host(kind, st->user_lo, st->host, (size_t)st->bytes);
+    }
+    /* Holes: they belong to the application (or to another call in flight whose buffer
+     * interleaves with this one). Read user memory back, put the result's type map into it
+     * (MPI_Pack of the host copy, MPI_Unpack over the current bytes), write it all back. */
+    int psize = 0;
+    if (PMPI_Pack_size((int)st->count, st->dtype, MPI_COMM_SELF, &psize) != MPI_SUCCESS) {
+        return TWOHOP_ERR_HOST;
+    }
+    char *cur = (char *)malloc((size_t)st->bytes + 1), *packed = (char *)malloc((size_t)psize + 1);
+    int rc = cur && packed ? TWOHOP_OK : TWOHOP_ERR_NO_MEMORY;
+    pthread_mutex_lock(&stage_out_lock);
+    if (rc == TWOHOP_OK) rc = twohop_kind_to_host(kind, cur, st->user_lo, (size_t)st->bytes);
+    int pos = 0;
+    if (rc == TWOHOP_OK &&
+        (PMPI_Pack(staged_buf(st), (int)st->count, st->dtype, packed, psize, &pos,
+                   MPI_COMM_SELF) != MPI_SUCCESS ||
+         (pos = 0, PMPI_Unpack(packed, psize, &pos, cur - st->true_lb, (int)st->count, st->dtype,
+                               MPI_COMM_SELF)) != MPI_SUCCESS)) {
+        rc = TWOHOP_ERR_HOST;
+    }
+    if (rc == TWOHOP_OK) rc = twohop_kind_from_host(kind, st->user_lo, cur, (size_t)st->bytes);
+    pthread_mutex_unlock(&stage_out_lock);
+    free(cur);
+    free(packed);
+    return rc;
 }
 
 int staged_allreduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dtype, MPI_Op op,

@@ -17,11 +17,14 @@ typedef struct staging {
     char *user_lo, *host;
     uint64_t bytes;
     ptrdiff_t true_lb;
+    MPI_Datatype dtype; /* the type map stage_out copies back (only its bytes) */
+    uint64_t count;
 } staging;
 
 /* Allocates st's host copy of `count` items of dtype at buf; 0 or TWOHOP_ERR_NO_MEMORY. */
 int stage_alloc(staging *st, const void *buf, MPI_Datatype dtype, uint64_t count);
-/* User memory of `kind` -> the host copy, and back; 0 or a twohop_status. */
+/* User memory of `kind` -> the host copy, and back (the type map's bytes only: a datatype's
+ * holes keep what user memory holds when stage_out runs); 0 or a twohop_status. */
 int stage_copy_in(const staging *st, int kind);
 int stage_out(const staging *st, int kind);
 /* stage_alloc + stage_copy_in. */
