@@ -16,12 +16,22 @@
  *                MPI_Request_get_status followed by MPI_Wait.
  *   free_active  MPI_Request_free of an active MPI_Iallreduce is refused (erroneous in MPI) and
  *                the request stays valid.
+ *   interleave   two calls in flight whose receive buffers interleave (a vector of every other
+ *                int, at offsets 0 and 1 of one mapping; a user op): each call's copy-back must
+ *                write its type map only, not the other's results.
+ *   errors       (MPI_ERRORS_RETURN) MPI_Waitall over a staged call and a receive that fails
+ *                (truncation): the call's result still arrives, through that MPI_Waitall or a
+ *                later MPI_Wait, whichever the MPI completes it in.
+ *   threads      (MPI_THREAD_MULTIPLE) two threads, each on its own communicator, complete
+ *                staged calls at once: a handle the MPI hands out again while the other thread
+ *                finishes must not match that thread's entry.
  *   persistent   (MPI_Allreduce_init / MPIX_Allreduce_init) 3 starts with new data, completed
  *                by MPI_Wait and by MPI_Startall + MPI_Waitall, then MPI_Request_free.
  *   usage: staged_forms [--no-persistent]   (skip the persistent scenario: for the PMPI library
  *          under an MPI whose persistent allreduce it does not wrap, Open MPI's MPIX_ one)
  * Exit status 0 and "staged_forms: OK" on rank 0 when every rank passed.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,7 +50,7 @@ static int rank, size, failures;
 static void check(int ok, const char *what, int i) {
     if (!ok) {
         printf("FAIL rank %d: %s (%d)\n", rank, what, i);
-        failures++;
+        __atomic_add_fetch(&failures, 1, __ATOMIC_RELAXED);
     }
 }
 
@@ -223,6 +233,105 @@ static void free_active(buf s, buf r) {
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
 }
 
+/* Sums the even ints of *len vectors of N ints with stride 2 (MPI_SUM is not defined on
+ * derived datatypes). */
+static void vec_sum(void *in, void *inout, int *len, MPI_Datatype *t) {
+    (void)t;
+    const int *a = in;
+    int *b = inout;
+    for (int k = 0; k < *len; k++) {
+        for (int i = 0; i < N / 2; i++) b[k * (N - 1) + 2 * i] += a[k * (N - 1) + 2 * i];
+    }
+}
+
+static void interleave(buf s, buf r) {
+    MPI_Datatype every_other; /* N/2 ints, stride 2: extent N-1 ints */
+    MPI_Type_vector(N / 2, 1, 2, MPI_INT, &every_other);
+    MPI_Type_commit(&every_other);
+    MPI_Op op;
+    MPI_Op_create(vec_sum, 1, &op);
+    for (int order = 0; order < 2; order++) {
+        open_buf(s);
+        open_buf(r);
+        for (int i = 0; i < N; i++) {
+            s.p[i] = rank * 5 + i;
+            r.p[i] = -1;
+        }
+        poison(s);
+        poison(r);
+        MPI_Request q[2];
+        MPI_Status sts[2];
+        MPI_Iallreduce(s.p, r.p, 1, every_other, op, MPI_COMM_WORLD, &q[0]);
+        MPI_Iallreduce(s.p + 1, r.p + 1, 1, every_other, op, MPI_COMM_WORLD, &q[1]);
+        if (order == 0) {
+            check(MPI_Waitall(2, q, sts) == MPI_SUCCESS, "interleave: MPI_Waitall", 0);
+        } else {
+            check(MPI_Wait(&q[1], MPI_STATUS_IGNORE) == MPI_SUCCESS, "interleave: wait", 1);
+            check(MPI_Wait(&q[0], MPI_STATUS_IGNORE) == MPI_SUCCESS, "interleave: wait", 0);
+        }
+        open_buf(r);
+        int bad = 0;
+        for (int i = 0; i < N - 1; i++) bad += r.p[i] != size * (size - 1) / 2 * 5 + size * i;
+        check(!bad, "interleave: results (one call's copy-back overwrote the other's)", bad);
+        poison(r);
+    }
+    MPI_Op_free(&op);
+    MPI_Type_free(&every_other);
+}
+
+static void errors(buf s, buf r) {
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    fill(s, r, 55);
+    int small = 0, big[2] = {1, 2};
+    MPI_Request q[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    MPI_Status sts[2];
+    MPI_Iallreduce(s.p, r.p, N, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &q[0]);
+    if (rank == 0) {
+        MPI_Irecv(&small, 1, MPI_INT, 1, 11, MPI_COMM_WORLD, &q[1]); /* 2 ints arrive */
+        check(MPI_Waitall(2, q, sts) != MPI_SUCCESS, "errors: truncation not reported", 0);
+        for (int i = 0; i < 2; i++) { /* what that MPI_Waitall left pending */
+            if (q[i] != MPI_REQUEST_NULL) (void)MPI_Wait(&q[i], MPI_STATUS_IGNORE);
+        }
+    } else {
+        if (rank == 1) MPI_Send(big, 2, MPI_INT, 0, 11, MPI_COMM_WORLD);
+        check(MPI_Wait(&q[0], MPI_STATUS_IGNORE) == MPI_SUCCESS, "errors: MPI_Wait", 0);
+    }
+    verify(r, 55, "errors: result");
+    poison(r);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+}
+
+static MPI_Comm thread_comm[2];
+static void *thread_body(void *arg) {
+    const int t = (int)(long)arg;
+    buf s = make(), r = make();
+    for (int it = 0; it < 300; it++) {
+        fill(s, r, 1000 + 10 * it + t);
+        MPI_Request q;
+        MPI_Iallreduce(s.p, r.p, N, MPI_INT, MPI_SUM, thread_comm[t], &q);
+        if (it % 2) {
+            MPI_Wait(&q, MPI_STATUS_IGNORE);
+        } else {
+            for (int f = 0; !f;) MPI_Test(&q, &f, MPI_STATUS_IGNORE);
+        }
+        verify(r, 1000 + 10 * it + t, "threads: result");
+    }
+    munmap(s.p, s.bytes);
+    munmap(r.p, r.bytes);
+    return NULL;
+}
+
+static void threads(void) {
+    MPI_Comm_dup(MPI_COMM_WORLD, &thread_comm[0]);
+    MPI_Comm_dup(MPI_COMM_WORLD, &thread_comm[1]);
+    pthread_t th;
+    pthread_create(&th, NULL, thread_body, (void *)1L);
+    thread_body((void *)0L);
+    pthread_join(th, NULL);
+    MPI_Comm_free(&thread_comm[0]);
+    MPI_Comm_free(&thread_comm[1]);
+}
+
 #ifdef TEST_ALLREDUCE_INIT
 static void persistent(buf s[K], buf r[K]) {
     MPI_Request p[K];
@@ -252,7 +361,8 @@ static void persistent(buf s[K], buf r[K]) {
 #endif
 
 int main(int argc, char **argv) {
-    MPI_Init(&argc, &argv);
+    int provided;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     if (size < 2) {
@@ -268,6 +378,13 @@ int main(int argc, char **argv) {
     local_start(s[0], r[0]);
     for (int how = 0; how < W_COUNT; how++) complete(s, r, (enum how)how);
     free_active(s[0], r[0]);
+    interleave(s[0], r[0]);
+    errors(s[0], r[0]);
+    if (provided == MPI_THREAD_MULTIPLE) {
+        threads();
+    } else if (rank == 0) {
+        printf("staged_forms: threads skipped (MPI_THREAD_MULTIPLE not provided)\n");
+    }
 #ifdef TEST_ALLREDUCE_INIT
     if (!(argc > 1 && !strcmp(argv[1], "--no-persistent"))) persistent(s, r);
 #endif
