@@ -427,7 +427,8 @@ extern "C" int twohop_comm_iallreduce(twohop_comm *c, const twohop_userbuf *in,
     std::unique_ptr<twohop::Job> job;
     if (count > 0) job = twohop::make_job(c, *in, *out, count, *red);
     const bool async_ok = count > 0 && twohop::async_safe(c, *in, *out, *red);
-    // Who drives the call besides the threads inside MPI (docs/design.md, "Who drives a call"):
+    // Who drives the call besides the threads inside MPI (docs/design.md, "Who advances a
+    // job"):
     // - a pipeline call of kProxyStartBytes or more that the proxy thread may advance starts
     //   there: the starting thread makes no first pass, whose copy-in of a whole segment would
     //   be time the application cannot overlap (osu_iallreduce counts it in "Coll. Init");
@@ -439,7 +440,8 @@ extern "C" int twohop_comm_iallreduce(twohop_comm *c, const twohop_userbuf *in,
     //   published, its node peers read it without it, so the rest waits for MPI_Wait/MPI_Test
     //   (the proxy still advances it while it runs for other calls).
     const bool latency = count > 0 && twohop::latency_path(c, count, red->item_bytes);
-    const bool first_pass = !async_ok || latency || count * red->item_bytes < twohop::kProxyStartBytes;
+    const bool first_pass =
+        !async_ok || latency || count * red->item_bytes < twohop::kProxyStartBytes;
     const bool wake_proxy = !latency || (c->topo.n_nodes() > 1 && c->topo.local_rank == 0);
     return twohop::submit_job(c, std::move(job), done, ctx, async_ok, first_pass, wake_proxy);
 }
