@@ -97,8 +97,8 @@ static void unlink_staged(staged_req *s) {
 }
 
 static void destroy(staged_req *s) {
-    free(s->sin.host);
-    free(s->sout.host);
+    stage_free(&s->sin);
+    stage_free(&s->sout);
     free(s);
 }
 
@@ -140,6 +140,7 @@ static staged_req *make_staged(const void *sbuf, void *rbuf, int count, MPI_Data
     s->in_place = sbuf == MPI_IN_PLACE;
     s->persistent = persistent;
     int rc = stage_alloc(&s->sout, rbuf, dtype, (uint64_t)count);
+    if (rc == TWOHOP_OK) rc = stage_own_type(&s->sout); /* copied back after the start returns */
     if (rc == TWOHOP_OK && !s->in_place) rc = stage_alloc(&s->sin, sbuf, dtype, (uint64_t)count);
     if (rc != TWOHOP_OK) {
         destroy(s);

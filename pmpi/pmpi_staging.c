@@ -13,6 +13,10 @@ int stage_alloc(staging *st, const void *buf, MPI_Datatype dtype, uint64_t count
     st->user_lo = (char *)buf + st->true_lb;
     st->dtype = dtype;
     st->count = count;
+    st->own_type = 0;
+    int tsize = 0;
+    PMPI_Type_size(dtype, &tsize);
+    st->dense = st->bytes == 0 || (uint64_t)tsize * count == st->bytes;
     st->host = (char *)malloc((size_t)st->bytes + 1);
     return st->host == NULL ? TWOHOP_ERR_NO_MEMORY : TWOHOP_OK;
 }
@@ -28,13 +32,27 @@ int stage_in(staging *st, int kind, const void *buf, MPI_Datatype dtype, uint64_
 
 char *staged_buf(const staging *st) { return st->host - st->true_lb; }
 
+int stage_own_type(staging *st) {
+    if (st->dense || st->own_type) return TWOHOP_OK;
+    MPI_Datatype dup;
+    if (PMPI_Type_dup(st->dtype, &dup) != MPI_SUCCESS) return TWOHOP_ERR_HOST;
+    st->dtype = dup;
+    st->own_type = 1;
+    return TWOHOP_OK;
+}
+
+void stage_free(staging *st) {
+    free(st->host);
+    st->host = NULL;
+    if (st->own_type) PMPI_Type_free(&st->dtype);
+    st->own_type = 0;
+}
+
 /* Serialises stage_out's read-merge-write (calls in flight may interleave their buffers). */
 static pthread_mutex_t stage_out_lock = PTHREAD_MUTEX_INITIALIZER;
 
 int stage_out(const staging *st, int kind) {
-    int tsize = 0;
-    PMPI_Type_size(st->dtype, &tsize);
-    if (st->bytes == 0 || (uint64_t)tsize * st->count == st->bytes) { /* no holes */
+    if (st->dense) {
         return twohop_kind_from_host(kind, st->user_lo, st->host, (size_t)st->bytes);
     }
     /* Holes: they belong to the application (or to another call in flight whose buffer

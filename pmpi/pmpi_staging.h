@@ -19,6 +19,8 @@ typedef struct staging {
     ptrdiff_t true_lb;
     MPI_Datatype dtype; /* the type map stage_out copies back (only its bytes) */
     uint64_t count;
+    int dense;          /* the type map covers the whole span (no holes): copied back whole */
+    int own_type;       /* dtype is the library's duplicate (stage_own_type) */
 } staging;
 
 /* Allocates st's host copy of `count` items of dtype at buf; 0 or TWOHOP_ERR_NO_MEMORY. */
@@ -27,6 +29,12 @@ int stage_alloc(staging *st, const void *buf, MPI_Datatype dtype, uint64_t count
  * holes keep what user memory holds when stage_out runs); 0 or a twohop_status. */
 int stage_copy_in(const staging *st, int kind);
 int stage_out(const staging *st, int kind);
+/* For a copy-back after the call that made st returned (non-blocking, persistent): st keeps
+ * a duplicate of its datatype when it has holes (the application may free its handle while
+ * the call is in flight). 0 or TWOHOP_ERR_HOST. */
+int stage_own_type(staging *st);
+/* Frees st's host copy and its duplicate datatype. */
+void stage_free(staging *st);
 /* stage_alloc + stage_copy_in. */
 int stage_in(staging *st, int kind, const void *buf, MPI_Datatype dtype, uint64_t count);
 /* The buffer address MPI-level code gets for the host copy. */
