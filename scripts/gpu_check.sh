@@ -176,32 +176,37 @@ if [[ $mode == small8 ]]; then
     exit 0
 fi
 
-# --- mode formsbench: the forms' timings (the same commands as in mode forms, below).
-if [[ $mode == formsbench ]]; then
-    forms_timings() {
-        if [[ -n ${OMB_DIR:-} && -x $OMB_DIR/osu_iallreduce && -x $OMB_DIR/osu_allreduce ]]; then
-            for c in twohop tuned; do
-                bash mpi_tests/run_mpi.sh -c "$c" -n 8 -b "$build" -t 300 -- \
-                    "$OMB_DIR/osu_iallreduce" -T mpi_float -m 8:16777216 >"$out/overlap_$c.txt" 2>&1
-                echo "== osu_iallreduce, 8 ranks, host buffers, coll $c"
-                grep -E "^#|^[0-9]" "$out/overlap_$c.txt"
-            done
-            bash mpi_tests/run_mpi.sh -n 8 -b "$build" -t 300 -- "$OMB_DIR/osu_allreduce" \
-                -T mpi_float -m 8:16777216 >"$out/blocking_twohop.txt" 2>&1
-            echo "== osu_allreduce (blocking), 8 ranks, host buffers, coll twohop"
-            grep -E "^#|^[0-9]" "$out/blocking_twohop.txt"
-            bash mpi_tests/run_mpi.sh -n 16 -b "$build" -t 300 -- "$OMB_DIR/osu_iallreduce" \
-                -T mpi_float -m 8:16777216 >"$out/overlap_twohop_np16.txt" 2>&1
-            echo "== osu_iallreduce, 16 ranks, host buffers, coll twohop"
-            grep -E "^#|^[0-9]" "$out/overlap_twohop_np16.txt"
-        fi
-        for np in 8 16; do
-            bash mpi_tests/run_mpi.sh -n $np -b "$build" -t 300 -- "$build/mpi_tests/forms_bench" \
-                >"$out/forms_bench_np$np.txt" 2>&1
-            echo "== forms_bench, $np ranks, host buffers"
-            grep -E "^#|^[0-9]" "$out/forms_bench_np$np.txt"
+# The timings of the non-blocking and persistent forms, host buffers (modes forms and
+# formsbench): with OMB_DIR the host overlap table (osu_iallreduce with twohop and with
+# tuned/libnbc, 8 ranks, and twohop at 16; twohop's blocking osu_allreduce beside it), then
+# the three forms of one allreduce in the same run (mpi_tests/forms_bench.c), 8 and 16 ranks.
+forms_timings() {
+    if [[ -n ${OMB_DIR:-} && -x $OMB_DIR/osu_iallreduce && -x $OMB_DIR/osu_allreduce ]]; then
+        for c in twohop tuned; do
+            bash mpi_tests/run_mpi.sh -c "$c" -n 8 -b "$build" -t 300 -- \
+                "$OMB_DIR/osu_iallreduce" -T mpi_float -m 8:16777216 >"$out/overlap_$c.txt" 2>&1
+            echo "== osu_iallreduce, 8 ranks, host buffers, coll $c"
+            grep -E "^#|^[0-9]" "$out/overlap_$c.txt"
         done
-    }
+        bash mpi_tests/run_mpi.sh -n 8 -b "$build" -t 300 -- "$OMB_DIR/osu_allreduce" \
+            -T mpi_float -m 8:16777216 >"$out/blocking_twohop.txt" 2>&1
+        echo "== osu_allreduce (blocking), 8 ranks, host buffers, coll twohop"
+        grep -E "^#|^[0-9]" "$out/blocking_twohop.txt"
+        bash mpi_tests/run_mpi.sh -n 16 -b "$build" -t 300 -- "$OMB_DIR/osu_iallreduce" \
+            -T mpi_float -m 8:16777216 >"$out/overlap_twohop_np16.txt" 2>&1
+        echo "== osu_iallreduce, 16 ranks, host buffers, coll twohop"
+        grep -E "^#|^[0-9]" "$out/overlap_twohop_np16.txt"
+    fi
+    for np in 8 16; do
+        bash mpi_tests/run_mpi.sh -n $np -b "$build" -t 300 -- "$build/mpi_tests/forms_bench" \
+            >"$out/forms_bench_np$np.txt" 2>&1
+        echo "== forms_bench, $np ranks, host buffers"
+        grep -E "^#|^[0-9]" "$out/forms_bench_np$np.txt"
+    done
+}
+
+# --- mode formsbench: only those timings.
+if [[ $mode == formsbench ]]; then
     forms_timings
     exit 0
 fi
@@ -398,31 +403,9 @@ if [[ $mode == forms && -n ${OMB_DIR:-} ]]; then
             fi
         done
     done
-    # Host overlap: osu_iallreduce with twohop and with tuned (libnbc) in the same run, and
-    # twohop's blocking osu_allreduce; MPI_FLOAT, 8 ranks on one node.
-    if [[ -x $OMB_DIR/osu_iallreduce && -x $OMB_DIR/osu_allreduce ]]; then
-        for c in twohop tuned; do
-            bash mpi_tests/run_mpi.sh -c "$c" -n 8 -b "$build" -t 300 -- \
-                "$OMB_DIR/osu_iallreduce" -T mpi_float -m 8:16777216 >"$out/overlap_$c.txt" 2>&1
-            echo "== osu_iallreduce, 8 ranks, host buffers, coll $c"
-            grep -E "^#|^[0-9]" "$out/overlap_$c.txt"
-        done
-        bash mpi_tests/run_mpi.sh -n 8 -b "$build" -t 300 -- "$OMB_DIR/osu_allreduce" \
-            -T mpi_float -m 8:16777216 >"$out/blocking_twohop.txt" 2>&1
-        echo "== osu_allreduce (blocking), 8 ranks, host buffers, coll twohop"
-        grep -E "^#|^[0-9]" "$out/blocking_twohop.txt"
-    fi
 fi
 if [[ $mode == forms ]]; then
-    # The three forms of one allreduce in the same run (mpi_tests/forms_bench.c), host buffers.
-    for np in 8 16; do
-        bash mpi_tests/run_mpi.sh -n $np -b "$build" -t 300 -- "$build/mpi_tests/forms_bench" \
-            >"$out/forms_bench_np$np.txt" 2>&1
-        echo "== forms_bench, $np ranks, host buffers"
-        grep -E "^#|^[0-9]" "$out/forms_bench_np$np.txt"
-    done
-fi
-if [[ $mode == forms ]]; then
+    forms_timings
     echo "================ gpu_check summary"
     printf '%s\n' "${summary[@]}"
     exit $status
