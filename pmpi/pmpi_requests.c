@@ -289,33 +289,34 @@ EXPORT int MPI_Request_get_status(MPI_Request request, int *flag, MPI_Status *st
     return err;
 }
 
-EXPORT int MPI_Waitall(int n, MPI_Request reqs[], MPI_Status statuses[]) {
-    if (!any_staged() || n <= 0) return PMPI_Waitall(n, reqs, statuses);
-    WITH_ARRAYS(n, statuses)
-    if (map_staged(n, reqs, map) == 0) {
-        FREE_ARRAYS(statuses);
-        return PMPI_Waitall(n, reqs, statuses);
-    }
-    int err = PMPI_Waitall(n, reqs, st);
-    int ferr = MPI_SUCCESS;
-    for (int i = 0; i < n; ++i) {
-        if (!map[i]) continue;
-        const int e = settle(map[i], reqs[i], entry_reported(err, st, i), entry_ok(err, st, i));
-        if (ferr == MPI_SUCCESS) ferr = e;
-    }
-    FREE_ARRAYS(statuses);
-    return err != MPI_SUCCESS ? err : ferr;
+/*
+ * The array forms share one body per family; the Wait form is the Test form that always
+ * reports done (the shims below). MPI's own function is called with the library's status
+ * array when the application ignores statuses (MPI_ERR_IN_STATUS is then told apart per
+ * request), and with *index / *outcount preset (not written on an argument error).
+ */
+typedef int (*all_fn)(int, MPI_Request[], int *, MPI_Status[]);
+typedef int (*any_fn)(int, MPI_Request[], int *, int *, MPI_Status *);
+typedef int (*some_fn)(int, MPI_Request[], int *, int[], MPI_Status[]);
+
+static int wait_all_shim(int n, MPI_Request reqs[], int *flag, MPI_Status st[]) {
+    *flag = 1;
+    return PMPI_Waitall(n, reqs, st);
+}
+static int wait_any_shim(int n, MPI_Request reqs[], int *index, int *flag, MPI_Status *st) {
+    *flag = 1;
+    return PMPI_Waitany(n, reqs, index, st);
 }
 
-EXPORT int MPI_Testall(int n, MPI_Request reqs[], int *flag, MPI_Status statuses[]) {
-    if (!any_staged() || n <= 0) return PMPI_Testall(n, reqs, flag, statuses);
+static int staged_all(all_fn fn, int n, MPI_Request reqs[], int *flag, MPI_Status statuses[]) {
+    if (!any_staged() || n <= 0) return fn(n, reqs, flag, statuses);
     WITH_ARRAYS(n, statuses)
     if (map_staged(n, reqs, map) == 0) {
         FREE_ARRAYS(statuses);
-        return PMPI_Testall(n, reqs, flag, statuses);
+        return fn(n, reqs, flag, statuses);
     }
     *flag = 0;
-    int err = PMPI_Testall(n, reqs, flag, st);
+    int err = fn(n, reqs, flag, st);
     int ferr = MPI_SUCCESS;
     for (int i = 0; i < n; ++i) {
         if (!map[i]) continue;
@@ -327,58 +328,47 @@ EXPORT int MPI_Testall(int n, MPI_Request reqs[], int *flag, MPI_Status statuses
     return err != MPI_SUCCESS ? err : ferr;
 }
 
-/* MPI_Waitany / MPI_Testany: only reqs[index] can have completed; the other claims go. */
-static int settle_any(int err, staged_req **map, int n, MPI_Request reqs[], int index,
-                      int reported) {
+/* Only reqs[*index] can have completed; the other claims go. */
+static int staged_any(any_fn fn, int n, MPI_Request reqs[], int *index, int *flag,
+                      MPI_Status *status) {
+    if (!any_staged() || n <= 0) return fn(n, reqs, index, flag, status);
+    WITH_ARRAYS(n, MPI_STATUSES_IGNORE)
+    if (map_staged(n, reqs, map) == 0) {
+        FREE_ARRAYS(MPI_STATUSES_IGNORE);
+        return fn(n, reqs, index, flag, status);
+    }
+    *index = MPI_UNDEFINED;
+    *flag = 0;
+    int err = fn(n, reqs, index, flag, status);
     int ferr = MPI_SUCCESS;
     for (int i = 0; i < n; ++i) {
         if (!map[i]) continue;
-        if (i == index) {
-            ferr = settle(map[i], reqs[i], reported && err == MPI_SUCCESS, err == MPI_SUCCESS);
+        if (i == *index) {
+            ferr = settle(map[i], reqs[i], *flag && err == MPI_SUCCESS, err == MPI_SUCCESS);
         } else {
             release(map[i]);
         }
     }
-    return ferr;
-}
-
-EXPORT int MPI_Waitany(int n, MPI_Request reqs[], int *index, MPI_Status *status) {
-    if (!any_staged() || n <= 0) return PMPI_Waitany(n, reqs, index, status);
-    WITH_ARRAYS(n, MPI_STATUSES_IGNORE)
-    if (map_staged(n, reqs, map) == 0) {
-        FREE_ARRAYS(MPI_STATUSES_IGNORE);
-        return PMPI_Waitany(n, reqs, index, status);
-    }
-    *index = MPI_UNDEFINED; /* not written on an argument error */
-    int err = PMPI_Waitany(n, reqs, index, status);
-    const int ferr = settle_any(err, map, n, reqs, *index, 1);
     FREE_ARRAYS(MPI_STATUSES_IGNORE);
     return err != MPI_SUCCESS ? err : ferr;
 }
 
-EXPORT int MPI_Testany(int n, MPI_Request reqs[], int *index, int *flag, MPI_Status *status) {
-    if (!any_staged() || n <= 0) return PMPI_Testany(n, reqs, index, flag, status);
-    WITH_ARRAYS(n, MPI_STATUSES_IGNORE)
+/* The completed entries are indices[0..outcount), st[k] the status of indices[k]; the other
+ * claims go. */
+static int staged_some(some_fn fn, int n, MPI_Request reqs[], int *outcount, int indices[],
+                       MPI_Status statuses[]) {
+    if (!any_staged() || n <= 0) return fn(n, reqs, outcount, indices, statuses);
+    WITH_ARRAYS(n, statuses)
     if (map_staged(n, reqs, map) == 0) {
-        FREE_ARRAYS(MPI_STATUSES_IGNORE);
-        return PMPI_Testany(n, reqs, index, flag, status);
+        FREE_ARRAYS(statuses);
+        return fn(n, reqs, outcount, indices, statuses);
     }
-    *index = MPI_UNDEFINED;
-    *flag = 0;
-    int err = PMPI_Testany(n, reqs, index, flag, status);
-    const int ferr = settle_any(err, map, n, reqs, *index, *flag);
-    FREE_ARRAYS(MPI_STATUSES_IGNORE);
-    return err != MPI_SUCCESS ? err : ferr;
-}
-
-/* MPI_Waitsome / MPI_Testsome: the completed entries are indices[0..outcount), st[k] the
- * status of indices[k]; the other claims go. */
-static int settle_some(int err, staged_req **map, int n, MPI_Request reqs[], int outcount,
-                       const int indices[], const MPI_Status st[]) {
+    *outcount = MPI_UNDEFINED;
+    int err = fn(n, reqs, outcount, indices, st);
     int ferr = MPI_SUCCESS;
     const int valid = (err == MPI_SUCCESS || err == MPI_ERR_IN_STATUS) &&
-                      outcount != MPI_UNDEFINED && outcount >= 0 && outcount <= n;
-    for (int k = 0; valid && k < outcount; ++k) {
+                      *outcount != MPI_UNDEFINED && *outcount >= 0 && *outcount <= n;
+    for (int k = 0; valid && k < *outcount; ++k) {
         const int i = indices[k];
         if (i < 0 || i >= n || map[i] == NULL) continue;
         const int e = settle(map[i], reqs[i], entry_reported(err, st, k), entry_ok(err, st, k));
@@ -388,37 +378,31 @@ static int settle_some(int err, staged_req **map, int n, MPI_Request reqs[], int
     for (int i = 0; i < n; ++i) {
         if (map[i]) release(map[i]);
     }
-    return ferr;
+    FREE_ARRAYS(statuses);
+    return err != MPI_SUCCESS ? err : ferr;
 }
 
+EXPORT int MPI_Waitall(int n, MPI_Request reqs[], MPI_Status statuses[]) {
+    int flag;
+    return staged_all(wait_all_shim, n, reqs, &flag, statuses);
+}
+EXPORT int MPI_Testall(int n, MPI_Request reqs[], int *flag, MPI_Status statuses[]) {
+    return staged_all(PMPI_Testall, n, reqs, flag, statuses);
+}
+EXPORT int MPI_Waitany(int n, MPI_Request reqs[], int *index, MPI_Status *status) {
+    int flag;
+    return staged_any(wait_any_shim, n, reqs, index, &flag, status);
+}
+EXPORT int MPI_Testany(int n, MPI_Request reqs[], int *index, int *flag, MPI_Status *status) {
+    return staged_any(PMPI_Testany, n, reqs, index, flag, status);
+}
 EXPORT int MPI_Waitsome(int n, MPI_Request reqs[], int *outcount, int indices[],
                         MPI_Status statuses[]) {
-    if (!any_staged() || n <= 0) return PMPI_Waitsome(n, reqs, outcount, indices, statuses);
-    WITH_ARRAYS(n, statuses)
-    if (map_staged(n, reqs, map) == 0) {
-        FREE_ARRAYS(statuses);
-        return PMPI_Waitsome(n, reqs, outcount, indices, statuses);
-    }
-    *outcount = MPI_UNDEFINED; /* not written on an argument error */
-    int err = PMPI_Waitsome(n, reqs, outcount, indices, st);
-    const int ferr = settle_some(err, map, n, reqs, *outcount, indices, st);
-    FREE_ARRAYS(statuses);
-    return err != MPI_SUCCESS ? err : ferr;
+    return staged_some(PMPI_Waitsome, n, reqs, outcount, indices, statuses);
 }
-
 EXPORT int MPI_Testsome(int n, MPI_Request reqs[], int *outcount, int indices[],
                         MPI_Status statuses[]) {
-    if (!any_staged() || n <= 0) return PMPI_Testsome(n, reqs, outcount, indices, statuses);
-    WITH_ARRAYS(n, statuses)
-    if (map_staged(n, reqs, map) == 0) {
-        FREE_ARRAYS(statuses);
-        return PMPI_Testsome(n, reqs, outcount, indices, statuses);
-    }
-    *outcount = MPI_UNDEFINED;
-    int err = PMPI_Testsome(n, reqs, outcount, indices, st);
-    const int ferr = settle_some(err, map, n, reqs, *outcount, indices, st);
-    FREE_ARRAYS(statuses);
-    return err != MPI_SUCCESS ? err : ferr;
+    return staged_some(PMPI_Testsome, n, reqs, outcount, indices, statuses);
 }
 
 #if MPI_VERSION > 4 || (MPI_VERSION == 4 && MPI_SUBVERSION >= 1)
