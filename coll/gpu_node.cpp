@@ -21,8 +21,6 @@
 namespace {
 
 using twohop::RankFlags;
-
-void *flag_addr(twohop_comm *c, int l, std::atomic<uint64_t> RankFlags::*which);
 namespace cuda = twohop::cuda;
 
 /* What a local rank publishes in its descriptor block for one call. */
@@ -92,8 +90,8 @@ bool publish(twohop_comm *c, char *p, const cuda::PointerInfo &pi, int which, in
 /*
  * The node's shared-memory segment (control block, slots) registered with the driver for
  * `device`, once per communicator and device: hop 1 on several nodes writes into it, the
- * stream-ordered form and the one-kernel node path have the GPU write and wait for flags in
- * it. False when it cannot be (then the caller does without).
+ * stream-ordered form has the GPU write and wait for flags in it. False when it cannot be
+ * (the call then declines the GPU path); a failed registration is not retried.
  */
 bool map_control_block(twohop_comm *c, int device) {
     GpuHop1 &h = c->gpu_hop1;
@@ -511,10 +509,6 @@ int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_us
     // synchronisation per call instead of one per rank, which under MPS cost more than the
     // reduction itself below a few MiB (above 64 MiB one kernel per rank was a few % faster).
     const bool one_kernel = one_device && bytes <= c->gpu_one_kernel_bytes;
-    // How local rank 0 tells the others its kernel ended (its own choice: they wait for its
-    // reduced flag either way).
-    const bool gpu_signals = one_kernel && me == 0 && cuda::flag_ops_supported(device) &&
-                             map_control_block(c, device);
     if (!one_kernel || me == 0) {
         twohop_gpu_args a;
         rc = shard_args(c, peer, device, one_device, stage_in ? send_stage : in.device,
@@ -531,35 +525,12 @@ int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_us
                           a.vec, a.in[0], a.out[0], a.in[1], a.out[1]);
             c->host.log(3, msg);
         }
-        if (one_kernel && gpu_signals) {
-            // The GPU writes my reduced flag after the kernel (a stream memory operation, with
-            // its memory fence): the peers see the result ready without a host round trip, and
-            // no cuStreamSynchronize (costly under MPS) runs. I poll the flag, the stream's
-            // fence for a failed kernel, and the node.
-            GpuHop1 &h = c->gpu_hop1;
-            if (!cuda::launch(device, kernel_name(red.dtype, red.op), &a, sizeof(a), a.n) ||
-                !cuda::write_flag(device, nullptr, flag_addr(c, me, &RankFlags::reduced), s) ||
-                !h.node_fence.record(device)) {
-                return gpu_error(c, "launching the reduction kernel failed on local rank", me);
-            }
-            bool failed = false;
-            unsigned rounds = 0;
-            rc = c->poll_until([&]() { // 64 looks at the flag between two polls of the node
-                for (int k = 0; k < 64; ++k) {
-                    if (mine.reduced.load(std::memory_order_acquire) >= s) return true;
-                }
-                if (++rounds % 16 == 0 && h.node_fence.query() < 0) failed = true;
-                return failed;
-            });
-            if (failed) return gpu_error(c, "the reduction kernel failed on local rank", me);
-            if (rc != TWOHOP_OK) return rc;
-        } else if (!cuda::launch_and_wait(device, kernel_name(red.dtype, red.op), &a, sizeof(a),
-                                          a.n)) {
+        if (!cuda::launch_and_wait(device, kernel_name(red.dtype, red.op), &a, sizeof(a), a.n)) {
             return gpu_error(c, "the reduction kernel failed on local rank", me);
         }
     }
     tick(3);
-    if (!(one_kernel && gpu_signals && me == 0)) mine.reduced.store(s, std::memory_order_release);
+    mine.reduced.store(s, std::memory_order_release);
     if ((rc = c->wait_all(&RankFlags::reduced, s)) != TWOHOP_OK) return rc;
     tick(4);
     if (stage_out && !cuda::copy(out.device, recv_stage, bytes)) {

@@ -95,9 +95,6 @@ struct GpuHop1 {
     // application's stream. A host-side call on this communicator first waits for it: the GPU
     // writes this rank's flags, the host must not write them before it has.
     twohop::cuda::Fence enq_fence;
-    // One-kernel node path (local rank 0): the end of its kernel and of the GPU's write of its
-    // reduced flag.
-    twohop::cuda::Fence node_fence;
     bool enq_pending = false;
     int enq_device = -1;
     uint64_t enq_seq = 0; // its sequence number (a failure found when draining is that call's)
