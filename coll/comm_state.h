@@ -100,6 +100,7 @@ struct twohop_comm {
     bool gpu_posted = false;               // coll_twohop_gpu_posted (agreed at set-up)
     uint64_t gpu_one_kernel_bytes = 0;     // coll_twohop_gpu_one_kernel_max_bytes (agreed)
     bool async_progress = true;            // coll_twohop_async_progress (this process)
+    uint64_t async_start_bytes = 131072;   // coll_twohop_async_start_bytes (this process)
     bool vnode_shm = false;                // coll_twohop_vnode_shm_transport (agreed)
     int posted_batch = 1;                  // coll_twohop_posted_batch
     std::vector<const twohop::ucx::Endpoint *> rd_peers;

@@ -227,10 +227,6 @@ void kick_async() {
 
 } // namespace
 
-/* Pipeline calls of at least this many bytes start on the proxy thread (twohop_comm_iallreduce).
- * Who drives a call changes nothing any other rank sees, so this may be local. */
-constexpr uint64_t kProxyStartBytes = 128 * 1024;
-
 bool latency_path(const twohop_comm *c, uint64_t count, uint64_t item_bytes) {
     // The path must be the same on every rank: scale by the largest node's rank count (the
     // shard count), not by this node's.
@@ -429,9 +425,9 @@ extern "C" int twohop_comm_iallreduce(twohop_comm *c, const twohop_userbuf *in,
     const bool async_ok = count > 0 && twohop::async_safe(c, *in, *out, *red);
     // Who drives the call besides the threads inside MPI (docs/design.md, "Who advances a
     // job"):
-    // - a pipeline call of kProxyStartBytes or more that the proxy thread may advance starts
-    //   there: the starting thread makes no first pass, whose copy-in of a whole segment would
-    //   be time the application cannot overlap (osu_iallreduce counts it in "Coll. Init");
+    // - a pipeline call of coll_twohop_async_start_bytes or more that the proxy thread may
+    //   advance starts there: the starting thread makes no first pass, whose copy-in of a whole
+    //   segment would be time the application cannot overlap (osu_iallreduce: "Coll. Init");
     //   below that the first pass costs less than handing the call to the proxy (measured:
     //   docs/perf.md, "Non-blocking and persistent allreduce");
     // - a latency-path call makes its first pass (it publishes this rank's input; small calls
@@ -441,7 +437,7 @@ extern "C" int twohop_comm_iallreduce(twohop_comm *c, const twohop_userbuf *in,
     //   (the proxy still advances it while it runs for other calls).
     const bool latency = count > 0 && twohop::latency_path(c, count, red->item_bytes);
     const bool first_pass =
-        !async_ok || latency || count * red->item_bytes < twohop::kProxyStartBytes;
+        !async_ok || latency || count * red->item_bytes < c->async_start_bytes;
     const bool wake_proxy = !latency || (c->topo.n_nodes() > 1 && c->topo.local_rank == 0);
     return twohop::submit_job(c, std::move(job), done, ctx, async_ok, first_pass, wake_proxy);
 }
