@@ -28,10 +28,13 @@
  *                finishes must not match that thread's entry.
  *   persistent   (MPI_Allreduce_init / MPIX_Allreduce_init) 3 starts with new data, completed
  *                by MPI_Wait and by MPI_Startall + MPI_Waitall, then MPI_Request_free.
- *   usage: staged_forms [--no-persistent] [--threads]
+ *   usage: staged_forms [--no-persistent] [--threads] [--expect-twohop]
  *          --no-persistent: skip the persistent scenario (for the PMPI library under an MPI
  *          whose persistent allreduce it does not wrap, Open MPI's MPIX_ one); --threads: only
- *          the threads scenario, under MPI_THREAD_MULTIPLE (the others run under MPI_Init)
+ *          the threads scenario, under MPI_THREAD_MULTIPLE (the others run under MPI_Init);
+ *          --expect-twohop: twohop's MPI_T counter of non-blocking calls must have counted
+ *          every MPI_Iallreduce of local_start and complete_* (the component served them, no
+ *          fallback)
  * Exit status 0 and "staged_forms: OK" on rank 0 when every rank passed.
  */
 #include <pthread.h>
@@ -45,6 +48,7 @@
 #include <mpi.h>
 
 #include "allreduce_init.h"
+#include "twohop_pvars.h"
 
 #define N 3000 /* ints: 12000 bytes, more than the latency path's slot at 2+ ranks */
 #define K 3
@@ -366,10 +370,11 @@ static void persistent(buf s[K], buf r[K]) {
 #endif
 
 int main(int argc, char **argv) {
-    bool thread_mode = false, no_persistent = false;
+    bool thread_mode = false, no_persistent = false, expect_twohop = false;
     for (int i = 1; i < argc; i++) {
         thread_mode = thread_mode || !strcmp(argv[i], "--threads");
         no_persistent = no_persistent || !strcmp(argv[i], "--no-persistent");
+        expect_twohop = expect_twohop || !strcmp(argv[i], "--expect-twohop");
     }
     /* MPI_THREAD_MULTIPLE only for the threads scenario: Open MPI 4.1.4's MPI_Waitall under it
      * hung now and then on the errors scenario's truncated receive (its multi-threaded wait
@@ -406,8 +411,17 @@ int main(int argc, char **argv) {
         s[k] = make();
         r[k] = make();
     }
+    struct twohop_pvars pv;
+    memset(&pv, 0, sizeof(pv));
+    if (expect_twohop && !twohop_pvars_open(&pv)) check(0, pv.why, 0);
+    const struct twohop_counts c0 = twohop_pvars_read(&pv);
     local_start(s[0], r[0]);
     for (int how = 0; how < W_COUNT; how++) complete(s, r, (enum how)how);
+    if (expect_twohop) { /* 1 + K per completion function, served by twohop */
+        const unsigned long long served = twohop_pvars_read(&pv).nonblocking - c0.nonblocking;
+        check(served == 1 + (unsigned long long)K * W_COUNT,
+              "twohop's non-blocking counter (a fallback served some calls)", (int)served);
+    }
     free_active(s[0], r[0]);
     interleave(s[0], r[0]);
     errors(s[0], r[0]);
