@@ -245,6 +245,7 @@ int run_call(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out
     if (c->gpu_hop1.active && rc == TWOHOP_OK) gpu_hop1_done();
     if (c->gpu_hop1.active && rc != TWOHOP_OK) c->gpu_hop1.settle();
     c->gpu_hop1.active = false;
+    c->gpu_hop1.gather = false;
     return rc;
 }
 

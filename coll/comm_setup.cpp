@@ -46,7 +46,7 @@
 
 namespace {
 
-constexpr uint64_t kMagic = 0x74776f686f700005ULL; // "twohop", set-up record version 5
+constexpr uint64_t kMagic = 0x74776f686f700006ULL; // "twohop", set-up record version 6
 
 /* What every rank contributes in step 1. Plain, fixed size. */
 struct RankInfo {
@@ -62,6 +62,7 @@ struct RankInfo {
     int32_t posted_batch, hop2_algorithm;
     uint64_t rhd_max_bytes, one_kernel_bytes;
     int32_t rhd_min_nodes, vnode_shm;
+    int32_t hop3_gather, reserved;
     uint64_t host_key; // the real host (virtual_nodes replaces node_key)
     int32_t vn_error; // this rank could not parse coll_twohop_virtual_nodes
     int32_t gpu;      // this process has the CUDA driver and twohop's device kernels
@@ -346,6 +347,7 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
     me.latency_hop2 = prm.latency_hop2;
     me.gpu_posted = prm.gpu_posted;
     me.one_kernel_bytes = prm.gpu_one_kernel_max_bytes;
+    me.hop3_gather = prm.gpu_hop3_gather ? 1 : 0;
     me.posted_batch = prm.posted_batch;
     me.hop2_algorithm = prm.hop2_algorithm;
     me.rhd_max_bytes = prm.hop2_rabenseifner_max_bytes;
@@ -382,6 +384,7 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
             info[r].latency_hop2 != info[0].latency_hop2 ||
             info[r].gpu_posted != info[0].gpu_posted ||
             info[r].one_kernel_bytes != info[0].one_kernel_bytes ||
+            info[r].hop3_gather != info[0].hop3_gather ||
             info[r].posted_batch != info[0].posted_batch ||
             info[r].hop2_algorithm != info[0].hop2_algorithm ||
             info[r].rhd_max_bytes != info[0].rhd_max_bytes ||
@@ -411,6 +414,7 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
     c->latency_hop2 = prm.latency_hop2;
     c->gpu_posted = prm.gpu_posted != 0;
     c->gpu_one_kernel_bytes = prm.gpu_one_kernel_max_bytes;
+    c->gpu_hop3_gather = prm.gpu_hop3_gather;
     c->hop2_alg = prm.hop2_algorithm;
     c->rhd_max_bytes = prm.hop2_rabenseifner_max_bytes;
     c->rhd_min_nodes = prm.hop2_rabenseifner_min_nodes;
@@ -535,6 +539,7 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
         f.ready.store(seq_base, std::memory_order_release);
         f.vote.store(seq_base << 1, std::memory_order_release);
         f.desc_seq.store(seq_base, std::memory_order_release);
+        f.gathered.store(seq_base, std::memory_order_release);
     }
 
     // 7. Rails.

@@ -99,6 +99,7 @@ struct twohop_comm {
     int latency_hop2 = 0;
     bool gpu_posted = false;               // coll_twohop_gpu_posted (agreed at set-up)
     uint64_t gpu_one_kernel_bytes = 0;     // coll_twohop_gpu_one_kernel_max_bytes (agreed)
+    bool gpu_hop3_gather = false;          // coll_twohop_gpu_hop3_gather (agreed)
     bool async_progress = true;            // coll_twohop_async_progress (this process)
     uint64_t async_start_bytes = 131072;   // coll_twohop_async_start_bytes (this process)
     bool vnode_shm = false;                // coll_twohop_vnode_shm_transport (agreed)

@@ -37,6 +37,7 @@ struct GpuDesc {
     int64_t pid;
     uint64_t msg_bytes, item_bytes; // the call's size: every local rank must pass the same
     uint32_t enqueue;   // called as twohop_allreduce_enqueue (1) or MPI_Allreduce (0)
+    uint32_t recv_staged; // `recv` is twohop's staging buffer, not the receive buffer
 };
 static_assert(sizeof(GpuDesc) <= twohop::ShmLayout::kDescBytes, "descriptor block");
 
@@ -142,6 +143,7 @@ void describe(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &ou
     d->in_place = in.device == out.device;
     d->pid = static_cast<int64_t>(getpid());
     if (!publish(c, out.device, ri, 1, *device, bytes, &d->recv, stage_out)) return;
+    d->recv_staged = *stage_out ? 1 : 0;
     if (d->in_place) {
         d->send = d->recv;
         *stage_in = *stage_out;
@@ -423,14 +425,24 @@ int shard_args(twohop_comm *c, const GpuDesc *peer, int device, bool one_device,
     return TWOHOP_OK;
 }
 
-/* Several nodes, the node voted yes: maps every local rank's input for the pipeline's hop-1
- * kernels (gpu_hop1_post) and marks the call's hop 1 and hop 3 as the GPU's. */
+/*
+ * Several nodes, the node voted yes: maps every local rank's input for the pipeline's hop-1
+ * kernels (gpu_hop1_post) and marks the call's hop 1 and hop 3 as the GPU's. Hop 3 gathers
+ * on the GPU (PipelineJob::finish_hop3_gpu) when coll_twohop_gpu_hop3_gather is set, the call
+ * is CPU-posted and no local rank's receive buffer is staged (its peers copy their shards out
+ * of it): every local rank reads the same descriptors and parameters, so all decide alike.
+ * Then every local rank's receive buffer is mapped too. Returns a twohop_status.
+ */
 int activate_hop1(twohop_comm *c, const GpuDesc *peer, int device, bool one_device,
-                  char *my_in) {
+                  char *my_in, char *my_out) {
     GpuHop1 &h = c->gpu_hop1;
-    for (int l = 0; l < c->topo.local_size(); ++l) {
+    const int L = c->topo.local_size();
+    bool gather = c->gpu_hop3_gather && !c->gpu_posted;
+    for (int l = 0; gather && l < L; ++l) gather = peer[l].recv_staged == 0;
+    for (int l = 0; l < L; ++l) {
         if (l == c->topo.local_rank) {
             h.in[l] = my_in;
+            h.out[l] = my_out;
             continue;
         }
         const GpuDesc::Buffer &ps = peer[l].send;
@@ -438,9 +450,17 @@ int activate_hop1(twohop_comm *c, const GpuDesc *peer, int device, bool one_devi
             cuda::ipc_open(device, cuda::PeerAllocation{peer[l].pid, ps.base, ps.id}, ps.handle));
         if (!sb) return gpu_error(c, "opening a CUDA IPC handle of local rank", l);
         h.in[l] = sb + ps.off;
+        h.out[l] = nullptr;
+        if (!gather) continue;
+        const GpuDesc::Buffer &pr = peer[l].recv;
+        char *rb = static_cast<char *>(
+            cuda::ipc_open(device, cuda::PeerAllocation{peer[l].pid, pr.base, pr.id}, pr.handle));
+        if (!rb) return gpu_error(c, "opening a CUDA IPC handle of local rank", l);
+        h.out[l] = rb + pr.off;
     }
     h.device = device;
     h.one_device = one_device;
+    h.gather = gather;
     h.active = true;
     return TWOHOP_OK;
 }
@@ -495,8 +515,8 @@ int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_us
     tick(2);
 
     if (c->topo.n_nodes() > 1) { // hop 1 and hop 3 only: the pipeline enqueues them per segment (gpu_hop1_post, gpu_hop3_post)
-        if ((rc = activate_hop1(c, peer, device, one_device,
-                                stage_in ? send_stage : in.device)) != TWOHOP_OK) {
+        if ((rc = activate_hop1(c, peer, device, one_device, stage_in ? send_stage : in.device,
+                                out.device)) != TWOHOP_OK) {
             return rc;
         }
         return decline(c, s); // the pipeline runs the call, from this seq on

@@ -83,6 +83,11 @@ struct GpuHop1 {
     int device = -1;
     bool one_device = false;        // every local input is on this rank's GPU
     char *in[16] = {};              // every local rank's input (canonical start), mapped here
+    // Hop 3 on the GPU (coll_twohop_gpu_hop3_gather): each rank copies its own shards from
+    // host memory into its receive buffer, then its peers' shards from theirs (out[l], mapped
+    // here; out[local rank] is my own receive buffer).
+    bool gather = false;
+    char *out[16] = {};
     char *shm_host = nullptr;       // the registered segment, and where kernels see it
     char *shm_dev = nullptr;
     int reg_device = -1;

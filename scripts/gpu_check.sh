@@ -22,6 +22,10 @@
 #          (one node: the GPU path; two virtual nodes: GPU hop 1; non-blocking, persistent and
 #          stream-ordered forms) and host buffers, then the time against float for the same element count,
 #          device and host buffers, 8 ranks.
+#   gather: hop 3 gathered on the GPU (coll_twohop_gpu_hop3_gather) on two virtual nodes: the
+#          device matrix at 4 and 8 ranks (and at 4 with it off), a verbose-3 proof that it
+#          ran, then device buffers with it off and on and host buffers, 4 and 8 ranks, hop 2
+#          over UCX shared memory (GATHER_MAX: largest size, default 256 MiB).
 #   small8: 8 ranks on one GPU, 8 B - 2 KiB swept three times in one run, and the phases of
 #          8 B calls alone.
 #   formsbench: the timings of mode forms only (forms_bench at 8 and 16 ranks; with OMB_DIR
@@ -276,6 +280,42 @@ if [[ $mode == vnshm ]]; then
     done
     echo "================ gpu_check summary"
     exit 0
+fi
+if [[ $mode == gather ]]; then
+    # Hop 3 gathered on the GPU (coll_twohop_gpu_hop3_gather, default on): the device matrix on
+    # two virtual nodes with it on (4 and 8 ranks) and off, a verbose-3 run whose phase lines
+    # must say it ran, then device buffers gather off / on and host buffers in one call, hop 2
+    # over UCX shared memory.
+    shm=(bash -c 'OMPI_MCA_coll_twohop_vnode_shm_transport=1 exec "$@"' _)
+    check np4_rr2_one_gpu 4 rr:2 0
+    check np8_rr2_one_gpu 8 rr:2 0
+    RUN_MCA=coll_twohop_gpu_hop3_gather=0 check np4_rr2_one_gpu_nogather 4 rr:2 0
+    RUN_MCA=coll_twohop_verbose=3 run 4 rr:2 0 -- "${shm[@]}" \
+        "$build/mpi_tests/twohop_osu_allreduce" -d cuda -c -f --expect-twohop -T mpi_float \
+        -m 4194304:67108864 -i 2 -x 1 >"$out/gather_verbose3.txt" 2>&1 || status=1
+    n=$(grep -c "hop 3 gathered on the GPU" "$out/gather_verbose3.txt")
+    if ((n > 0)); then
+        summary+=("PASS osu -d cuda -c np4_rr2 verbose 3: $n pipeline calls said hop 3 gathered on the GPU")
+    else
+        summary+=("FAIL osu -d cuda -c np4_rr2 verbose 3: no call gathered hop 3 on the GPU")
+        status=1
+    fi
+    for np in 4 8; do
+        for g in 0 1; do
+            RUN_MCA=coll_twohop_gpu_hop3_gather=$g run $np rr:2 0 -- "${shm[@]}" \
+                "$build/mpi_tests/device_allreduce" bench --max ${GATHER_MAX:-268435456} --pinned \
+                >"$out/gather${g}_np$np.txt" 2>&1 || status=1
+            echo "== device buffers, $np ranks, 2 virtual nodes (hop 2 over shared memory), gpu_hop3_gather=$g"
+            grep -E "^#|^ +[0-9]" "$out/gather${g}_np$np.txt"
+        done
+        run $np rr:2 0 -- "${shm[@]}" "$build/mpi_tests/twohop_osu_allreduce" -T mpi_float \
+            -m 8:${GATHER_MAX:-268435456} -i 10 -x 3 >"$out/gather_host_np$np.txt" 2>&1
+        echo "== host buffers, $np ranks, 2 virtual nodes (hop 2 over shared memory)"
+        grep -E "^#|^[0-9]" "$out/gather_host_np$np.txt"
+    done
+    echo "================ gpu_check summary"
+    printf '%s\n' "${summary[@]}"
+    exit $status
 fi
 if [[ $mode == half ]]; then
     for cfg in "4 - --device -" "4 rr:2 --device -" "8 - - -" "4 - --device --nonblocking" \

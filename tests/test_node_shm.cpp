@@ -16,9 +16,9 @@ TEST(ShmLayout, FootprintIndependentOfMessageSize) {
     l.local_size = 16;
     l.depth = 2;
     l.slot_bytes = 262144;
-    // 16 flag lines of 128 bytes and 16 descriptor blocks of 256 bytes, rounded up to 4 KiB
+    // 16 flag lines and 16 descriptor blocks of 256 bytes each, rounded up to 4 KiB
     EXPECT_EQ(l.control_bytes(), 8192u);
-    EXPECT_EQ(l.desc_offset(3), 16u * 128u + 3u * 256u);
+    EXPECT_EQ(l.desc_offset(3), 16u * 256u + 3u * 256u);
     EXPECT_EQ(l.total_bytes(), 8192u + 2u * 17u * 262144u);
     EXPECT_EQ(l.slot_offset(1, 0), 8192u + 17u * 262144u);
     EXPECT_EQ(l.result_offset(0), 8192u + 16u * 262144u);

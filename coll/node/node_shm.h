@@ -2,13 +2,13 @@
  * NodeShm: the per-node shared-memory segment of one communicator, and its layout.
  *
  * Layout (offsets from the mapping's start; every block 4 KiB aligned):
- *   control   L flag lines of 128 bytes, one per local rank (its sequence counters), then L
+ *   control   L flag lines of 256 bytes, one per local rank (its sequence counters), then L
  *             descriptor blocks of 256 bytes (what a rank publishes for the GPU path: IPC
  *             handles of its device buffers)
  *   set 0     L input slots of slot_bytes, then the result buffer of slot_bytes
  *   ...
  *   set D-1   (D = pipeline depth)
- * Footprint = 4 KiB-aligned(L * 128) + D * (L + 1) * slot_bytes: independent of the message
+ * Footprint = 4 KiB-aligned(L * 512) + D * (L + 1) * slot_bytes: independent of the message
  * size (slot_bytes = coll_twohop_segment_bytes rounded up to 4 KiB).
  *
  * Lifecycle: the node leader creates the segment exclusively with mode 0600; after every
@@ -42,8 +42,10 @@ struct alignas(128) RankFlags {
     std::atomic<uint64_t> failed_seq; // first sequence number of the call that failed (written
                                       // before `failed`): peers still in an earlier call finish it
     std::atomic<uint64_t> desc_seq;   // GPU round `seq`: my descriptor is published
+    std::atomic<uint64_t> gathered;   // hop 3 on the GPU: my shards of `seq` are in my device
+                                      // receive buffer, where local peers copy them from
 };
-static_assert(sizeof(RankFlags) == 128, "one flag line per rank");
+static_assert(sizeof(RankFlags) == 256, "flag lines of 256 bytes, one per rank");
 
 struct ShmLayout {
     int local_size = 0;

@@ -83,8 +83,59 @@ int PipelineJob::start_reduce(const InFlight &f) {
     return TWOHOP_OK;
 }
 
+/*
+ * Hop 3 gathered on the GPU (GpuHop1::gather): PCIe carries each rank's own shards (n/L bytes
+ * per rank, n per node) instead of the whole segment per rank; the rest moves device to device
+ * (NVLink between GPUs, HBM on one GPU). hop3_k_ counts the stages: 0 = post my own shards'
+ * copies, 1 = wait for them, then publish gathered = s; 2 + j = the j-th shard from my own.
+ */
+int PipelineJob::finish_hop3_gpu(const InFlight &f) {
+    twohop_comm *c = c_;
+    GpuHop1 &h = c->gpu_hop1;
+    const int set = static_cast<int>(f.s % c->depth);
+    const uint64_t ib = red_.item_bytes();
+    const int node = c->topo.my_node;
+    const int me = c->topo.local_rank;
+    const int shards = c->topo.n_shards();
+    const int first = c->my_shards.front();
+    int rc;
+    if (hop3_k_ == 0) {
+        for (const int sh : c->my_shards) {
+            const Range r = split_even(f.seg.count, static_cast<uint64_t>(shards),
+                                       static_cast<uint64_t>(sh));
+            rc = gpu_hop3_post(c, h.out[me] + (f.seg.offset + r.offset) * ib,
+                               c->shm.result(set) + r.offset * ib, r.count * ib);
+            if (rc != TWOHOP_OK) return rc;
+        }
+        hop3_k_ = 1;
+    }
+    if (hop3_k_ == 1) {
+        if ((rc = gpu_hop1_test(c)) != TWOHOP_OK) return rc;
+        c->shm.flags(me).gathered.store(f.s, std::memory_order_release);
+        hop3_k_ = 2;
+    }
+    for (; hop3_k_ - 2 < shards; ++hop3_k_) {
+        const int sh = (first + hop3_k_ - 2) % shards;
+        const int owner = c->topo.shard_owner(node, sh);
+        if (owner == me) continue;
+        if (c->shm.flags(owner).gathered.load(std::memory_order_acquire) < f.s) {
+            return TWOHOP_PENDING;
+        }
+        const Range r = split_even(f.seg.count, static_cast<uint64_t>(shards),
+                                   static_cast<uint64_t>(sh));
+        const uint64_t off = (f.seg.offset + r.offset) * ib;
+        if ((rc = gpu_hop3_post(c, h.out[me] + off, h.out[owner] + off, r.count * ib)) !=
+            TWOHOP_OK) {
+            return rc;
+        }
+        ++steps_;
+    }
+    return gpu_hop1_test(c);
+}
+
 int PipelineJob::finish_hop3(const InFlight &f) {
     twohop_comm *c = c_;
+    if (c->gpu_hop1.active && c->gpu_hop1.gather) return finish_hop3_gpu(f);
     const int set = static_cast<int>(f.s % c->depth);
     const uint64_t ib = red_.item_bytes();
     const int node = c->topo.my_node;
@@ -134,7 +185,7 @@ int PipelineJob::advance() {
             } else {
                 st_ = kFinished;
                 if (clocked_) log_phases();
-                return TWOHOP_OK;
+                break;
             }
             break;
         case kStartFree: {
@@ -181,19 +232,27 @@ int PipelineJob::advance() {
             break;
         }
         case kFinished:
+            // Hop 3 gathered on the GPU: local peers copy from my receive buffer until they
+            // are done with the last segment; the call (and my buffer) is mine again then.
+            if (c->gpu_hop1.active && c->gpu_hop1.gather && nseg_ > 0) {
+                return test_all(c, kDone, window_[(nseg_ - 1) % kMaxDepth].s);
+            }
             return TWOHOP_OK;
         }
     }
 }
 
 void PipelineJob::log_phases() const {
-    char msg[320];
+    char msg[360];
     std::snprintf(msg, sizeof(msg),
                   "pipeline: %llu B in %llu segments%s: calling thread in hop 1 (copy in, "
                   "reduce, post hop 2) %.0f us, waiting for hop 2 %.0f us, hop 3 %.0f us",
                   static_cast<unsigned long long>(msg_bytes_),
                   static_cast<unsigned long long>(nseg_),
-                  c_->gpu_hop1.active ? " (hop 1 and 3 on the GPU)" : "", us_[kStart],
+                  !c_->gpu_hop1.active ? ""
+                  : c_->gpu_hop1.gather ? " (hop 1 and 3 on the GPU, hop 3 gathered on the GPU)"
+                                        : " (hop 1 and 3 on the GPU)",
+                  us_[kStart],
                   us_[kHop2], us_[kHop3]);
     c_->host.log(3, msg);
 }

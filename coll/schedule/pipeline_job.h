@@ -9,6 +9,12 @@
  *   finish(k)  kFinishRings   my shards' hop 2 complete; publish reduced = s
  *              kFinishHop3    copy every shard out once its owner published reduced = s,
  *                             starting with my own (allgather); publish done = s
+ *                             (hop 3 gathered on the GPU, finish_hop3_gpu: my own shards
+ *                             from host memory into my device receive buffer; when they
+ *                             landed publish gathered = s; every other shard device to
+ *                             device from its owner's receive buffer once it published
+ *                             gathered = s; the call ends when every local rank is done
+ *                             with its last segment: until then peers read my buffer)
  *   order      start(0) .. start(D-1), finish(0), start(D), finish(1), ... so hop 1 of
  *              segment k runs while hop 2 of segment k-1 is on the wire (kPick decides).
  * Every element is reduced once, by its shard owner, in a fixed order, then in hop-2 order:
@@ -44,6 +50,7 @@ class PipelineJob : public Job {
     int start_copy_in(const InFlight &f);
     int start_reduce(const InFlight &f);
     int finish_hop3(const InFlight &f);
+    int finish_hop3_gpu(const InFlight &f);
     void log_phases() const;
 
     enum State { kPick, kStartFree, kStartArrived, kFinishRings, kFinishHop3, kFinished };
