@@ -428,16 +428,17 @@ int shard_args(twohop_comm *c, const GpuDesc *peer, int device, bool one_device,
 /*
  * Several nodes, the node voted yes: maps every local rank's input for the pipeline's hop-1
  * kernels (gpu_hop1_post) and marks the call's hop 1 and hop 3 as the GPU's. Hop 3 gathers
- * on the GPU (PipelineJob::finish_hop3_gpu) when coll_twohop_gpu_hop3_gather is set, the call
- * is CPU-posted and no local rank's receive buffer is staged (its peers copy their shards out
- * of it): every local rank reads the same descriptors and parameters, so all decide alike.
+ * on the GPU (PipelineJob::finish_hop3_gpu; GPU-posted: gpu_posted_pipeline) when
+ * coll_twohop_gpu_hop3_gather is set and no local rank's receive buffer is staged (its peers
+ * copy their shards out of it): every local rank reads the same descriptors and parameters,
+ * so all decide alike.
  * Then every local rank's receive buffer is mapped too. Returns a twohop_status.
  */
 int activate_hop1(twohop_comm *c, const GpuDesc *peer, int device, bool one_device,
                   char *my_in, char *my_out) {
     GpuHop1 &h = c->gpu_hop1;
     const int L = c->topo.local_size();
-    bool gather = c->gpu_hop3_gather && !c->gpu_posted;
+    bool gather = c->gpu_hop3_gather;
     for (int l = 0; gather && l < L; ++l) gather = peer[l].recv_staged == 0;
     for (int l = 0; l < L; ++l) {
         if (l == c->topo.local_rank) {
@@ -614,6 +615,7 @@ void release_gpu_waits(twohop_comm *c) {
         f.ready.store(past, std::memory_order_release);
         f.reduced.store(past, std::memory_order_release);
         f.done.store(past, std::memory_order_release);
+        f.gathered.store(past, std::memory_order_release);
     }
 }
 
@@ -654,7 +656,8 @@ extern "C" const unsigned long long *twohop_doorbells_counter(void) {
 }
 
 /* GPU-posted calls: segments enqueued ahead of this rank's hop-2 results (at least the
- * pipeline depth). About 3 + shards + owned shards stream operations per segment: 16 segments
+ * pipeline depth). About 3 + shards + owned shards stream operations per segment (hop 3
+ * gathered on the GPU: 5 + 2 x shards + owned shards): 16 segments
  * stay far below the stream queue's depth, and keep hop 1 well ahead of hop 2. */
 constexpr uint64_t kPostedWindow = 16;
 
@@ -743,12 +746,33 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
         const twohop::Range seg = twohop::segment_range(count, seg_items, k);
         // The proxy opens the gate when every shard's owner published its hop-2 result.
         ok = ok && cuda::wait_flag(dev, nullptr, &h.ring_dev->gate_finish, k + 1);
-        for (uint64_t j = 0; ok && j < shards; ++j) {
-            const int sh = static_cast<int>((first + j) % shards);
-            const twohop::Range r = twohop::split_even(seg.count, shards,
-                                                       static_cast<uint64_t>(sh));
-            ok = cuda::copy_async(dev, out.device + (seg.offset + r.offset) * ib,
-                                  c->shm.result(set) + r.offset * ib, r.count * ib);
+        // Hop 3 gathered on the GPU (GpuHop1::gather): my own shards from host memory, then
+        // `gathered`, then every other shard from its owner's receive buffer once the owner's
+        // GPU wrote its `gathered` (PipelineJob::finish_hop3_gpu is the CPU-posted form).
+        for (int pass = h.gather ? 0 : 1; ok && pass < 2; ++pass) {
+            for (uint64_t j = 0; ok && j < shards; ++j) {
+                const int sh = static_cast<int>((first + j) % shards);
+                const int owner = c->topo.shard_owner(node, sh);
+                const twohop::Range r = twohop::split_even(seg.count, shards,
+                                                           static_cast<uint64_t>(sh));
+                const uint64_t off = (seg.offset + r.offset) * ib;
+                if (!h.gather) {
+                    ok = cuda::copy_async(dev, out.device + off,
+                                          c->shm.result(set) + r.offset * ib, r.count * ib);
+                } else if (pass == 0 && owner == me) {
+                    ok = cuda::copy_async(dev, out.device + off,
+                                          c->shm.result(set) + r.offset * ib, r.count * ib);
+                } else if (pass == 1 && owner != me) {
+                    ok = cuda::wait_flag(dev, nullptr, flag_addr(c, owner, &RankFlags::gathered),
+                                         s) &&
+                         cuda::copy_async(dev, out.device + off, h.out[owner] + off,
+                                          r.count * ib);
+                }
+            }
+            if (pass == 0) {
+                ok = ok &&
+                     cuda::write_flag(dev, nullptr, flag_addr(c, me, &RankFlags::gathered), s);
+            }
         }
         ok = ok && cuda::write_flag(dev, nullptr, flag_addr(c, me, &RankFlags::done), s);
     };
@@ -768,6 +792,14 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
         }
         if (ok && next_k == nseg) {
             for (uint64_t k = nseg > depth ? nseg - depth : 0; ok && k < nseg; ++k) finish(k);
+            // Hop 3 gathered on the GPU: peers copy from my receive buffer until they are done
+            // with the last segment.
+            for (int l = 0; ok && h.gather && l < L; ++l) {
+                if (l != me) {
+                    ok = cuda::wait_flag(dev, nullptr, flag_addr(c, l, &RankFlags::done),
+                                         s0 + nseg);
+                }
+            }
             ok = ok && h.fence.record(dev);
             if (ok) enqueued_all.store(true, std::memory_order_release);
         }

@@ -23,9 +23,10 @@
 #          stream-ordered forms) and host buffers, then the time against float for the same element count,
 #          device and host buffers, 8 ranks.
 #   gather: hop 3 gathered on the GPU (coll_twohop_gpu_hop3_gather) on two virtual nodes: the
-#          device matrix at 4 and 8 ranks (and at 4 with it off), a verbose-3 proof that it
-#          ran, then device buffers with it off and on and host buffers, 4 and 8 ranks, hop 2
-#          over UCX shared memory (GATHER_MAX: largest size, default 256 MiB).
+#          device matrix at 4 and 8 ranks CPU- and GPU-posted (and at 4 with it off), a GPU-posted
+#          256 MiB call, a verbose-3 proof that it ran, then device buffers CPU-/GPU-posted with
+#          it off and on, and host buffers, 4 and 8 ranks, hop 2 over UCX shared memory
+#          (GATHER_MAX: largest size, default 256 MiB).
 #   small8: 8 ranks on one GPU, 8 B - 2 KiB swept three times in one run, and the phases of
 #          8 B calls alone.
 #   formsbench: the timings of mode forms only (forms_bench at 8 and 16 ranks; with OMB_DIR
@@ -235,7 +236,7 @@ run() { # run NP VNODES GPUS -- PROGRAM ARGS
     local extra=()
     [[ -n $vn ]] && extra=(-v "$vn")
     [[ -n ${CHECK_VERBOSE:-} ]] && extra+=(-m coll_twohop_verbose=1)
-    [[ -n ${RUN_MCA:-} ]] && extra+=(-m "$RUN_MCA")
+    for m in ${RUN_MCA:-}; do extra+=(-m "$m"); done # space-separated name=value pairs
     CUDA_VISIBLE_DEVICES=$gpus bash mpi_tests/run_mpi.sh -n "$np" -b "$build" -t "${RUN_TIMEOUT:-500}" \
         "${extra[@]}" -- "$@"
 }
@@ -290,6 +291,19 @@ if [[ $mode == gather ]]; then
     check np4_rr2_one_gpu 4 rr:2 0
     check np8_rr2_one_gpu 8 rr:2 0
     RUN_MCA=coll_twohop_gpu_hop3_gather=0 check np4_rr2_one_gpu_nogather 4 rr:2 0
+    RUN_MCA=coll_twohop_gpu_posted=1 check np4_rr2_one_gpu_posted 4 rr:2 0
+    RUN_MCA=coll_twohop_gpu_posted=1 check np8_rr2_one_gpu_posted 8 rr:2 0
+    # A GPU-posted call of 256 segments (it hung once; gathering adds stream operations).
+    t0=$SECONDS
+    if RUN_MCA="coll_twohop_gpu_posted=1 coll_twohop_timeout=60" run 4 rr:2 0 -- \
+        "$build/mpi_tests/twohop_osu_allreduce" -d cuda -c -f --expect-twohop -T mpi_float \
+        -m 268435456:268435456 -i 2 -x 1 >"$out/gather_posted_big.txt" 2>&1 &&
+        grep -q "GPU-posted [1-9]" "$out/gather_posted_big.txt"; then
+        summary+=("PASS GPU-posted 256 MiB np4_rr2 ($((SECONDS - t0)) s): $(grep -E "^268435456 " "$out/gather_posted_big.txt" | head -1)")
+    else
+        summary+=("FAIL GPU-posted 256 MiB np4_rr2 ($((SECONDS - t0)) s)")
+        status=1
+    fi
     RUN_MCA=coll_twohop_verbose=3 run 4 rr:2 0 -- "${shm[@]}" \
         "$build/mpi_tests/twohop_osu_allreduce" -d cuda -c -f --expect-twohop -T mpi_float \
         -m 4194304:67108864 -i 2 -x 1 >"$out/gather_verbose3.txt" 2>&1 || status=1
@@ -301,12 +315,14 @@ if [[ $mode == gather ]]; then
         status=1
     fi
     for np in 4 8; do
-        for g in 0 1; do
-            RUN_MCA=coll_twohop_gpu_hop3_gather=$g run $np rr:2 0 -- "${shm[@]}" \
-                "$build/mpi_tests/device_allreduce" bench --max ${GATHER_MAX:-268435456} --pinned \
-                >"$out/gather${g}_np$np.txt" 2>&1 || status=1
-            echo "== device buffers, $np ranks, 2 virtual nodes (hop 2 over shared memory), gpu_hop3_gather=$g"
-            grep -E "^#|^ +[0-9]" "$out/gather${g}_np$np.txt"
+        for cfg in "0 0" "0 1" "1 0" "1 1"; do
+            read -r p g <<<"$cfg"
+            RUN_MCA="coll_twohop_gpu_posted=$p coll_twohop_gpu_hop3_gather=$g" run $np rr:2 0 -- \
+                "${shm[@]}" "$build/mpi_tests/device_allreduce" bench \
+                --max ${GATHER_MAX:-268435456} --pinned >"$out/posted${p}_gather${g}_np$np.txt" 2>&1 ||
+                status=1
+            echo "== device buffers, $np ranks, 2 virtual nodes (hop 2 over shared memory), gpu_posted=$p gpu_hop3_gather=$g"
+            grep -E "^#|^ +[0-9]" "$out/posted${p}_gather${g}_np$np.txt"
         done
         run $np rr:2 0 -- "${shm[@]}" "$build/mpi_tests/twohop_osu_allreduce" -T mpi_float \
             -m 8:${GATHER_MAX:-268435456} -i 10 -x 3 >"$out/gather_host_np$np.txt" 2>&1
