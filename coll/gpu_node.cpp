@@ -17,6 +17,7 @@
 #include "posted_job.h"
 #include "proxy.h"
 #include "segment_plan.h"
+#include "slots.h"
 
 namespace {
 
@@ -290,12 +291,14 @@ extern "C" const unsigned long long *twohop_gpu_calls_counter(void) {
 namespace {
 
 /*
- * Round 2 of the decision: with every local rank's descriptor published (desc_seq = s), copies
- * them into peer[], checks that this rank's GPU reaches every peer's, publishes the vote and
- * waits for every vote. *all: every rank can; *one_device: every buffer is on `device`.
+ * Round 2 of the decision, first half: with every local rank's descriptor published
+ * (desc_seq = s), copies them into peer[], checks that this rank's GPU reaches every peer's and
+ * publishes the vote. *one_device: every buffer is on `device`. With `mapped_only` (the proxy
+ * thread's stream-ordered calls) this rank also votes no unless every peer's input is mapped
+ * here already; the missing ones are left in GpuHop1::to_open for the calling thread to open.
  */
-int vote_round(twohop_comm *c, const GpuDesc &d, int device, uint64_t s, GpuDesc *peer,
-               bool *one_device, bool *all) {
+int vote_publish(twohop_comm *c, const GpuDesc &d, int device, uint64_t s, GpuDesc *peer,
+                 bool *one_device, bool mapped_only = false) {
     const int L = c->topo.local_size();
     bool ok = d.can != 0;
     *one_device = true;
@@ -338,15 +341,45 @@ int vote_round(twohop_comm *c, const GpuDesc &d, int device, uint64_t s, GpuDesc
             c->host.log(1, msg);
         }
     }
+    for (int l = 0; ok && mapped_only && l < L; ++l) {
+        if (l == c->topo.local_rank) continue;
+        const GpuDesc::Buffer &ps = peer[l].send;
+        const cuda::PeerAllocation a{peer[l].pid, ps.base, ps.id};
+        if (cuda::ipc_lookup(device, a) != nullptr) continue;
+        ok = false;
+        GpuHop1::PendingMap pm;
+        pm.device = device;
+        pm.alloc = a;
+        std::memcpy(pm.handle, ps.handle, sizeof(pm.handle));
+        std::lock_guard<std::mutex> lock(c->gpu_hop1.pending_m);
+        c->gpu_hop1.to_open.push_back(pm);
+    }
     RankFlags &mine = c->shm.flags(c->topo.local_rank);
     mine.vote.store((s << 1) | (ok ? 1 : 0), std::memory_order_release);
+    return TWOHOP_OK;
+}
+
+/* Second half, without waiting: TWOHOP_PENDING until every local rank voted on call s, then
+ * TWOHOP_OK with *all = every vote is yes. */
+int votes_in(twohop_comm *c, uint64_t s, bool *all) {
     *all = true;
-    for (int l = 0; l < L; ++l) {
-        const int rc = c->wait_for(c->shm.flags(l).vote, s << 1);
-        if (rc != TWOHOP_OK) return rc;
-        *all = *all && (c->shm.flags(l).vote.load(std::memory_order_acquire) & 1);
+    for (int l = 0; l < c->topo.local_size(); ++l) {
+        const uint64_t v = c->shm.flags(l).vote.load(std::memory_order_acquire);
+        if (v < (s << 1)) return TWOHOP_PENDING;
+        *all = *all && (v & 1);
     }
     return TWOHOP_OK;
+}
+
+/* Both halves, waiting for every vote. *all: every rank can. */
+int vote_round(twohop_comm *c, const GpuDesc &d, int device, uint64_t s, GpuDesc *peer,
+               bool *one_device, bool *all) {
+    int rc = vote_publish(c, d, device, s, peer, one_device);
+    if (rc != TWOHOP_OK) return rc;
+    for (int l = 0; l < c->topo.local_size(); ++l) {
+        if ((rc = c->wait_for(c->shm.flags(l).vote, s << 1)) != TWOHOP_OK) return rc;
+    }
+    return votes_in(c, s, all);
 }
 
 /* Round 1: this rank's descriptor of call s into its shared-memory block, then desc_seq = s. */
@@ -435,10 +468,13 @@ int shard_args(twohop_comm *c, const GpuDesc *peer, int device, bool one_device,
  * Then every local rank's receive buffer is mapped too. Returns a twohop_status.
  */
 int activate_hop1(twohop_comm *c, const GpuDesc *peer, int device, bool one_device,
-                  char *my_in, char *my_out) {
+                  char *my_in, char *my_out, bool lookup_only = false) {
     GpuHop1 &h = c->gpu_hop1;
     const int L = c->topo.local_size();
-    bool gather = c->gpu_hop3_gather;
+    // Stream-ordered calls (lookup_only) copy hop 3 from host memory: the peers' receive
+    // buffers are not mapped by their votes, and a device-to-device copy may synchronise
+    // with other streams (CUDA's implicit synchronisation rules).
+    bool gather = c->gpu_hop3_gather && !lookup_only;
     for (int l = 0; gather && l < L; ++l) gather = peer[l].recv_staged == 0;
     for (int l = 0; l < L; ++l) {
         if (l == c->topo.local_rank) {
@@ -447,8 +483,9 @@ int activate_hop1(twohop_comm *c, const GpuDesc *peer, int device, bool one_devi
             continue;
         }
         const GpuDesc::Buffer &ps = peer[l].send;
-        char *sb = static_cast<char *>(
-            cuda::ipc_open(device, cuda::PeerAllocation{peer[l].pid, ps.base, ps.id}, ps.handle));
+        const cuda::PeerAllocation sa{peer[l].pid, ps.base, ps.id};
+        char *sb = static_cast<char *>(lookup_only ? cuda::ipc_lookup(device, sa)
+                                                   : cuda::ipc_open(device, sa, ps.handle));
         if (!sb) return gpu_error(c, "opening a CUDA IPC handle of local rank", l);
         h.in[l] = sb + ps.off;
         h.out[l] = nullptr;
@@ -467,6 +504,78 @@ int activate_hop1(twohop_comm *c, const GpuDesc *peer, int device, bool one_devi
 }
 
 } // namespace
+
+bool gpu_stream_prepare(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out,
+                        uint64_t count, const twohop_reduction &red, GpuStreamVote *v) {
+    GpuHop1 &h = c->gpu_hop1;
+    std::vector<GpuHop1::PendingMap> open;
+    {
+        std::lock_guard<std::mutex> lock(h.pending_m);
+        open.swap(h.to_open);
+    }
+    for (const GpuHop1::PendingMap &pm : open) {
+        if (cuda::ipc_open(pm.device, pm.alloc, pm.handle) == nullptr && c->verbose >= 1) {
+            c->host.log(1, "stream-ordered call: opening a CUDA IPC handle of a local peer "
+                           "failed; its calls run on the host path");
+        }
+    }
+    cuda::PointerInfo oi;
+    if (!out.device || !in.device || !cuda::pointer_info(out.device, &oi)) return false;
+    // The segment registered for another device may be in use by calls in flight: not
+    // re-registered from here (those calls then take host copies).
+    if (h.reg_device >= 0 && h.reg_device != oi.device) return false;
+    GpuDesc d;
+    int device = -1;
+    bool stage_in = false, stage_out = false;
+    describe(c, in, out, red, count * red.item_bytes, &d, &device, &stage_in, &stage_out, true);
+    if (!d.can || stage_in || stage_out) return false; // staging copies would synchronise
+    static_assert(sizeof(GpuDesc) <= sizeof(v->desc), "descriptor bytes");
+    std::memcpy(v->desc, &d, sizeof(d));
+    v->device = device;
+    v->phase = 0;
+    v->gpu = false;
+    return true;
+}
+
+int gpu_stream_vote_step(twohop_comm *c, char *in, GpuStreamVote *v) {
+    GpuDesc d;
+    std::memcpy(&d, v->desc, sizeof(d));
+    GpuDesc peer[TWOHOP_GPU_MAX_RANKS];
+    int rc;
+    switch (v->phase) {
+    case 0:
+        v->s = ++c->seq;
+        publish_desc(c, d, v->s);
+        v->phase = 1;
+        // fall through
+    case 1: {
+        if ((rc = twohop::test_all(c, &RankFlags::desc_seq, v->s)) != TWOHOP_OK) return rc;
+        bool one = true;
+        if ((rc = vote_publish(c, d, v->device, v->s, peer, &one, true)) != TWOHOP_OK) return rc;
+        v->one_device = one;
+        v->phase = 2;
+    }
+        // fall through
+    case 2: {
+        bool all = false;
+        if ((rc = votes_in(c, v->s, &all)) != TWOHOP_OK) return rc;
+        v->gpu = all;
+        v->phase = 3;
+        if (all) {
+            for (int l = 0; l < c->topo.local_size(); ++l) {
+                std::memcpy(&peer[l], c->shm.desc(l), sizeof(GpuDesc));
+            }
+            if ((rc = activate_hop1(c, peer, v->device, v->one_device, in, nullptr, true)) !=
+                TWOHOP_OK) {
+                return rc;
+            }
+        }
+        return decline(c, v->s); // the pipeline job runs the call with this number
+    }
+    default:
+        return TWOHOP_OK;
+    }
+}
 
 int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out,
                        uint64_t count, const twohop_reduction &red, bool *taken) {

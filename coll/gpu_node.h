@@ -20,6 +20,7 @@
 
 #include <array>
 #include <cstdint>
+#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -88,6 +89,15 @@ struct GpuHop1 {
     // here; out[local rank] is my own receive buffer).
     bool gather = false;
     char *out[16] = {};
+    // Peers' allocations a stream-ordered call's vote found unmapped (the proxy thread only
+    // looks mappings up): the calling thread opens them at its next stream-ordered call.
+    struct PendingMap {
+        int device;
+        twohop::cuda::PeerAllocation alloc;
+        unsigned char handle[twohop::cuda::kIpcHandleBytes];
+    };
+    std::mutex pending_m;
+    std::vector<PendingMap> to_open;
     char *shm_host = nullptr;       // the registered segment, and where kernels see it
     char *shm_dev = nullptr;
     int reg_device = -1;
@@ -173,6 +183,39 @@ int gpu_node_enqueue(twohop_comm *c, const twohop_userbuf &in, const twohop_user
  * their final value, so this rank's stream can drain, and TWOHOP_ERR_PEER is returned.
  */
 int gpu_enqueue_drain(twohop_comm *c);
+
+/*
+ * Stream-ordered calls on several nodes that work on the device buffers where they are
+ * (stream_call.cpp, DeviceCallJob): hop 1 and hop 3 on the GPU as for the blocking call, the
+ * node's vote run by the call's job without waiting, in the communicator's call order.
+ * Everything that may synchronise with the device (registering the node's segment, exporting
+ * buffers, opening peers' IPC handles) is done by the calling thread before the application's
+ * stream is made to wait on the call: the job's thread, which opens that wait, only looks
+ * mappings up. A peer allocation not mapped yet makes this rank vote no (the node runs that call
+ * on the host path through device copies) and is opened at this rank's next stream-ordered
+ * call.
+ */
+struct GpuStreamVote {
+    int phase = 0;
+    uint64_t s = 0;
+    alignas(8) unsigned char desc[256]; // this rank's descriptor (gpu_node.cpp's GpuDesc)
+    int device = -1;
+    bool one_device = false;
+    bool gpu = false; // the node agreed: hop 1 and hop 3 of the call run on the GPU
+};
+
+/* Calling thread: opens the mappings earlier votes left pending, then describes this call's
+ * buffers into v (exporting them, registering the node's segment on first use). False when
+ * this rank cannot take the GPU side (not IPC-shareable buffers, another device than the
+ * segment's registration, no stream memory operations): the caller then uses host copies. */
+bool gpu_stream_prepare(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out,
+                        uint64_t count, const twohop_reduction &red, GpuStreamVote *v);
+
+/* The call's job: one non-waiting step of the node's vote (descriptor, vote, every vote in).
+ * TWOHOP_PENDING until the votes are in; then TWOHOP_OK with v->gpu set, c->gpu_hop1 active
+ * when it is, and the call's sequence number given back (the pipeline job runs the call with
+ * it). `in` is this rank's device input (the kernels' own input). */
+int gpu_stream_vote_step(twohop_comm *c, char *in, GpuStreamVote *v);
 
 /* Counts a stream-ordered call that stayed on the stream (MPI_T coll_twohop_enqueued_calls). */
 void gpu_enqueued_count();

@@ -588,6 +588,10 @@ int main(int argc, char **argv) {
     }
     if (argc > 1 && !strcmp(argv[1], "sizes")) {
         sizes(argc, argv);
+        if (rank == 0) {
+            printf("# rank 0: %llu calls stayed on the stream, %llu calls ran hop 1 on the GPU\n",
+                   enqueued(), twohop_pvars_read(&pv).gpu_hop1);
+        }
         CK(cudaFree(d_errors));
         twohop_pvars_close(&pv);
         MPI_Finalize();
@@ -619,8 +623,9 @@ int main(int argc, char **argv) {
     MPI_Reduce(&failures, &total, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
     MPI_Bcast(&total, 1, MPI_INT, 0, MPI_COMM_WORLD);
     if (rank == 0) {
-        printf("enqueue_allreduce: %d ranks, %s (%llu calls stayed on the stream on rank 0)\n",
-               size, total ? "FAIL" : "OK", enqueued());
+        printf("enqueue_allreduce: %d ranks, %s (%llu calls stayed on the stream on rank 0, "
+               "%llu calls ran hop 1 on the GPU)\n",
+               size, total ? "FAIL" : "OK", enqueued(), twohop_pvars_read(&pv).gpu_hop1);
     }
     CK(cudaFree(d_errors));
     twohop_pvars_close(&pv);

@@ -17,7 +17,8 @@
 #          side on the proxy thread): enqueue_allreduce's cases with
 #          --expect-enqueued-multinode at 4 ranks (hop 2 over TCP) and 8 ranks (over UCX shared
 #          memory), the README example, the size table (call return time, enqueued and blocking
-#          time per call, 4 and 8 ranks, shared memory) and the overlap with a compute kernel.
+#          time per call, 4 and 8 ranks, shared memory, coll_twohop_enqueue_on_device 1 and 0;
+#          STREAM_MAX: largest size, default 256 MiB) and the overlap with a compute kernel.
 #   half: bfloat16/float16 (include/twohop_half.h): half_allreduce's checks on device buffers
 #          (one node: the GPU path; two virtual nodes: GPU hop 1; non-blocking, persistent and
 #          stream-ordered forms) and host buffers, then the time against float for the same element count,
@@ -389,10 +390,13 @@ if [[ $mode == streamnodes ]]; then
         status=1
     fi
     for np in 4 8; do
-        run $np rr:2 0 -- "${shm[@]}" "$build/mpi_tests/enqueue_allreduce" sizes \
-            --max-bytes 268435456 >"$out/stream_sizes_np$np.txt" 2>&1 || status=1
-        echo "== stream-ordered on 2 virtual nodes (hop 2 over shared memory), $np ranks"
-        grep -E "^#|^[0-9b]" "$out/stream_sizes_np$np.txt"
+        for od in 1 0; do
+            RUN_MCA=coll_twohop_enqueue_on_device=$od run $np rr:2 0 -- "${shm[@]}" \
+                "$build/mpi_tests/enqueue_allreduce" sizes --max-bytes ${STREAM_MAX:-268435456} \
+                >"$out/stream_sizes_np${np}_ondevice$od.txt" 2>&1 || status=1
+            echo "== stream-ordered on 2 virtual nodes (hop 2 over shared memory), $np ranks, enqueue_on_device=$od"
+            grep -E "^#|^[0-9b]" "$out/stream_sizes_np${np}_ondevice$od.txt"
+        done
     done
     for b in "" --blocking; do
         run 4 rr:2 0 -- "${shm[@]}" "$build/mpi_tests/enqueue_allreduce" overlap $b \

@@ -12,6 +12,7 @@
 #include "cuda_driver.h"
 #include "engine.h"
 #include "gpu_node.h"
+#include "pipeline_job.h"
 
 namespace twohop {
 namespace {
@@ -37,6 +38,96 @@ void free_slot(StreamSlot *s) {
     delete s;
 }
 
+/* A canonical device buffer as the host path reads and writes it when the node declines the
+ * GPU side: copies on twohop's own stream, waited for with an event (never through the legacy
+ * default stream, which the application's stream waiting on the call's gate may block). */
+struct DeviceBuffer {
+    int device;
+    char *base;
+    cuda::Fence fence;
+};
+int device_copy(DeviceBuffer *b, void *dst, const void *src, uint64_t len) {
+    if (!cuda::copy_async(b->device, dst, src, len) || !b->fence.record(b->device)) return -1;
+    int q;
+    while ((q = b->fence.query()) == 0) {
+    }
+    return q < 0 ? -1 : 0;
+}
+int device_read(void *ctx, void *dst, uint64_t off, uint64_t len) {
+    auto *b = static_cast<DeviceBuffer *>(ctx);
+    return device_copy(b, dst, b->base + off, len);
+}
+int device_write(void *ctx, const void *src, uint64_t off, uint64_t len) {
+    auto *b = static_cast<DeviceBuffer *>(ctx);
+    return device_copy(b, b->base + off, src, len);
+}
+
+/*
+ * The host side of a stream-ordered pipeline call on the device buffers where they are: the
+ * node's vote without waiting (gpu_stream_vote_step), then the pipeline job the blocking call
+ * would run -- hop 1 and hop 3 on the GPU when the node agreed, else the host path reading and
+ * writing the device buffers through copies on twohop's own stream.
+ */
+class DeviceCallJob : public Job {
+  public:
+    DeviceCallJob(twohop_comm *c, char *in, char *out, uint64_t count,
+                  const twohop_reduction &red, const GpuStreamVote &vote)
+        : c_(c), count_(count), red_(red), vote_(vote) {
+        bin_.device = bout_.device = vote.device;
+        bin_.base = in;
+        bout_.base = out;
+        make(&in_, &bin_);
+        make(&out_, &bout_);
+    }
+    ~DeviceCallJob() override {
+        job_.reset();
+        if (gpu_) end_gpu(false);
+    }
+    int advance() override {
+        if (!job_) {
+            const int rc = gpu_stream_vote_step(c_, bin_.base, &vote_);
+            if (rc != TWOHOP_OK) return rc;
+            ++steps_;
+            gpu_ = vote_.gpu;
+            job_.reset(new PipelineJob(c_, in_, out_, count_, red_));
+        }
+        const uint64_t before = job_->steps();
+        const int rc = job_->advance();
+        steps_ += job_->steps() - before;
+        if (rc == TWOHOP_PENDING) return rc;
+        job_.reset();
+        if (gpu_) end_gpu(rc == TWOHOP_OK);
+        return rc;
+    }
+
+  private:
+    static void make(twohop_userbuf *u, DeviceBuffer *b) {
+        std::memset(u, 0, sizeof(*u));
+        u->device = b->base;
+        u->ctx = b;
+        u->read = device_read;
+        u->write = device_write;
+    }
+    void end_gpu(bool ok) {
+        gpu_ = false;
+        if (ok) {
+            gpu_hop1_done();
+        } else {
+            c_->gpu_hop1.settle();
+        }
+        c_->gpu_hop1.active = false;
+        c_->gpu_hop1.gather = false;
+    }
+    twohop_comm *c_;
+    uint64_t count_;
+    twohop_reduction red_;
+    GpuStreamVote vote_;
+    DeviceBuffer bin_, bout_;
+    twohop_userbuf in_, out_;
+    std::unique_ptr<Job> job_;
+    bool gpu_ = false;
+};
+
 /* A stream-ordered call queued in the engine has no request: nothing to complete. Its failure
  * is recorded on the communicator (poisoned), and the next call reports it. */
 void stream_done(void *, int, const char *) {}
@@ -57,7 +148,7 @@ bool StreamSlots::idle() const {
 }
 
 bool StreamSlots::grow(StreamSlot *s, int device, uint64_t bytes) {
-    if (s->host && s->bytes >= bytes) return true;
+    if (bytes == 0 || (s->host && s->bytes >= bytes)) return true; // 0: only the words
     if (s->host) {
         cuda::host_unregister(s->device, s->host);
         std::free(s->host);
@@ -162,9 +253,20 @@ int twohop_stream_enqueue_multinode(twohop_comm *c, const twohop_userbuf &in,
         return TWOHOP_ERR_HOST;
     }
 
+    // The pipeline path of a communicator that runs the GPU vote works on the device buffers
+    // where they are when this rank's buffers allow it (hop 1 and hop 3 on the GPU once the
+    // node agrees): the stream only says when the input is ready and waits for the result.
+    // Otherwise through a host copy. Either way the call's job runs the node's vote, so the
+    // choice is this rank's alone.
+    GpuStreamVote vote;
+    const bool on_device = c->gpu_round && c->stream_on_device &&
+                           !twohop::latency_path(c, count, red.item_bytes) &&
+                           device == oi.device &&
+                           gpu_stream_prepare(c, in, out, count, red, &vote);
     if (!c->stream_slots) c->stream_slots.reset(new twohop::StreamSlots());
     bool timed_out = false;
-    StreamSlot *slot = c->stream_slots->acquire(device, bytes, c->timeout_s, &timed_out);
+    StreamSlot *slot =
+        c->stream_slots->acquire(device, on_device ? 0 : bytes, c->timeout_s, &timed_out);
     if (slot == nullptr && !timed_out) return TWOHOP_OK; // no host copy: the blocking form
     *taken = true;
     const uint64_t token = ++c->stream_token;
@@ -172,10 +274,11 @@ int twohop_stream_enqueue_multinode(twohop_comm *c, const twohop_userbuf &in,
     bool waits = false; // the stream waits on the gate: it must be opened whatever happens
     if (ok) {
         slot->token = token;
-        ok = cuda::copy_async(device, slot->host, in.device, bytes, st) &&
+        ok = (on_device || cuda::copy_async(device, slot->host, in.device, bytes, st)) &&
              cuda::write_flag(device, st, &slot->words_dev->arrived, token);
         waits = ok && cuda::wait_flag(device, st, &slot->words_dev->gate, token);
-        ok = waits && cuda::copy_async(device, out.device, slot->host, bytes, st) &&
+        ok = waits &&
+             (on_device || cuda::copy_async(device, out.device, slot->host, bytes, st)) &&
              cuda::write_flag(device, st, &slot->words_dev->released, token);
     }
     if (!ok) {
@@ -205,14 +308,20 @@ int twohop_stream_enqueue_multinode(twohop_comm *c, const twohop_userbuf &in,
     twohop_userbuf h;
     std::memset(&h, 0, sizeof(h));
     h.direct = slot->host;
-    std::unique_ptr<twohop::Job> inner = twohop::make_job(c, h, h, count, red);
-    const bool vote = c->gpu_round && !twohop::latency_path(c, count, red.item_bytes);
-    auto start = [c, h, count, red, vote]() -> int {
-        if (!vote) return TWOHOP_OK;
-        bool gpu = false;
-        const int rc = gpu_node_allreduce(c, h, h, count, red, &gpu);
-        return rc != TWOHOP_OK ? rc : gpu ? TWOHOP_ERR_HOST : TWOHOP_OK;
-    };
+    std::unique_ptr<twohop::Job> inner;
+    std::function<int()> start;
+    if (on_device) {
+        inner.reset(new twohop::DeviceCallJob(c, in.device, out.device, count, red, vote));
+    } else {
+        inner = twohop::make_job(c, h, h, count, red);
+        const bool voting = c->gpu_round && !twohop::latency_path(c, count, red.item_bytes);
+        start = [c, h, count, red, voting]() -> int {
+            if (!voting) return TWOHOP_OK;
+            bool gpu = false;
+            const int rc = gpu_node_allreduce(c, h, h, count, red, &gpu);
+            return rc != TWOHOP_OK ? rc : gpu ? TWOHOP_ERR_HOST : TWOHOP_OK;
+        };
+    }
     std::unique_ptr<twohop::Job> job(
         new twohop::StreamJob(std::move(inner), slot->words, token, start));
     const int rc = twohop::submit_job(c, std::move(job), twohop::stream_done, nullptr, true,
@@ -233,9 +342,10 @@ int twohop_stream_enqueue_multinode(twohop_comm *c, const twohop_userbuf &in,
     if (c->verbose >= 3) {
         char msg[160];
         std::snprintf(msg, sizeof(msg), "stream-ordered call on %d nodes: %llu bytes, token %llu, "
-                      "through a host copy", c->topo.n_nodes(),
+                      "%s", c->topo.n_nodes(),
                       static_cast<unsigned long long>(bytes),
-                      static_cast<unsigned long long>(token));
+                      static_cast<unsigned long long>(token),
+                      on_device ? "on the device buffers" : "through a host copy");
         c->host.log(3, msg);
     }
     return TWOHOP_OK;
