@@ -529,6 +529,8 @@ bool gpu_stream_prepare(twohop_comm *c, const twohop_userbuf &in, const twohop_u
     bool stage_in = false, stage_out = false;
     describe(c, in, out, red, count * red.item_bytes, &d, &device, &stage_in, &stage_out, true);
     if (!d.can || stage_in || stage_out) return false; // staging copies would synchronise
+    // The job's thread launches the hop-1 kernel: loaded here, never lazily there.
+    if (!cuda::preload(device, kernel_name(red.dtype, red.op))) return false;
     static_assert(sizeof(GpuDesc) <= sizeof(v->desc), "descriptor bytes");
     std::memcpy(v->desc, &d, sizeof(d));
     v->device = device;

@@ -56,6 +56,7 @@ struct Driver {
     CUresult (*stream_get_ctx)(CUstream, CUcontext *);
     CUresult (*ctx_get_device)(CUdevice *);
     CUresult (*stream_is_capturing)(CUstream, CUstreamCaptureStatus *); // optional
+    CUresult (*func_load)(CUfunction);                                   // optional (12.4+)
 };
 
 Driver g_drv;
@@ -124,6 +125,7 @@ void do_load() {
                sym(h, "cuCtxGetDevice", &g_drv.ctx_get_device);
     g_drv.stream_is_capturing = reinterpret_cast<CUresult (*)(CUstream, CUstreamCaptureStatus *)>(
         dlsym(h, "cuStreamIsCapturing"));
+    g_drv.func_load = reinterpret_cast<CUresult (*)(CUfunction)>(dlsym(h, "cuFuncLoad"));
     g_error_name = reinterpret_cast<CUresult (*)(CUresult, const char **)>(dlsym(h, "cuGetErrorName"));
 }
 
@@ -427,30 +429,47 @@ CUstream own_stream(int device) {
     return s;
 }
 
-bool launch(int device, const char *name, const void *args, std::size_t arg_bytes,
-            unsigned long long n, void *stream) {
+namespace {
+/* twohop's kernel `name` on `device` (the current context), loaded on first use; nullptr on
+ * failure. */
+CUfunction function(int device, const char *name) {
     static std::mutex m;
     static std::map<std::pair<int, std::string>, CUfunction> funcs;
     static std::map<int, CUmodule> modules;
+    std::lock_guard<std::mutex> lock(m);
+    auto &mod = modules[device];
+    if (mod == nullptr && !ok(g_drv.module_load_data(&mod, twohop_gpu_fatbin),
+                              "cuModuleLoadData")) {
+        mod = nullptr;
+        return nullptr;
+    }
+    auto &fn = funcs[{device, name}];
+    if (fn == nullptr && !ok(g_drv.module_get_function(&fn, mod, name),
+                             "cuModuleGetFunction")) {
+        fn = nullptr;
+        return nullptr;
+    }
+    return fn;
+}
+} // namespace
+
+bool preload(int device, const char *name) {
     CtxScope ctx(device);
     if (!ctx.ok()) return false;
-    CUfunction f;
-    {
-        std::lock_guard<std::mutex> lock(m);
-        auto &mod = modules[device];
-        if (mod == nullptr && !ok(g_drv.module_load_data(&mod, twohop_gpu_fatbin),
-                                  "cuModuleLoadData")) {
-            mod = nullptr;
-            return false;
-        }
-        auto &fn = funcs[{device, name}];
-        if (fn == nullptr && !ok(g_drv.module_get_function(&fn, mod, name),
-                                 "cuModuleGetFunction")) {
-            fn = nullptr;
-            return false;
-        }
-        f = fn;
-    }
+    CUfunction f = function(device, name);
+    if (f == nullptr || own_stream(device) == nullptr) return false;
+    // Under lazy loading (CUDA_MODULE_LOADING=LAZY, the default since CUDA 12.2) a kernel is
+    // loaded at its first use, which may synchronise the context (CUDA C++ Programming Guide,
+    // "Lazy Loading": possible deadlocks when kernels wait on each other).
+    return g_drv.func_load == nullptr || ok(g_drv.func_load(f), "cuFuncLoad");
+}
+
+bool launch(int device, const char *name, const void *args, std::size_t arg_bytes,
+            unsigned long long n, void *stream) {
+    CtxScope ctx(device);
+    if (!ctx.ok()) return false;
+    CUfunction f = function(device, name);
+    if (f == nullptr) return false;
     CUstream st = stream ? static_cast<CUstream>(stream) : own_stream(device);
     if (st == nullptr) return false;
     if (n == 0) return true;
@@ -475,6 +494,7 @@ bool kernels_available() { return false; }
 bool launch(int, const char *, const void *, std::size_t, unsigned long long, void *) {
     return false;
 }
+bool preload(int, const char *) { return false; }
 bool launch_and_wait(int, const char *, const void *, std::size_t, unsigned long long) {
     return false;
 }
@@ -655,6 +675,7 @@ bool kernels_available() { return false; }
 bool launch(int, const char *, const void *, std::size_t, unsigned long long, void *) {
     return false;
 }
+bool preload(int, const char *) { return false; }
 bool launch_and_wait(int, const char *, const void *, std::size_t, unsigned long long) {
     return false;
 }

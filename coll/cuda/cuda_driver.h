@@ -84,6 +84,11 @@ bool can_access(int device, int peer);
 
 /* True when the device kernels (gpu_kernels.cu) are built in and the driver is loaded. */
 bool kernels_available();
+/* Loads twohop's kernel `name` on `device` now (and twohop's stream), so that a later launch
+ * from a thread the application's stream may be waiting for never loads it lazily. False on
+ * failure. */
+bool preload(int device, const char *name);
+
 /*
  * Enqueues kernel `name` of the embedded module on `device` (on `stream`, a CUstream of the
  * device's primary context, or by default twohop's own non-blocking stream there) with the
