@@ -150,6 +150,10 @@ struct twohop_comm {
     // whether it is in the engine's registry: a starting call takes the registry's mutex only
     // when it is not (the proxy may hold that mutex for a long pass over other communicators).
     std::atomic<long> inflight{0};
+    // Queued calls that take their sequence numbers from `seq` when they start (every job but
+    // reserved ones, job.h: reserved_first_seq): incremented by the starting thread, decremented
+    // when the call finishes. At 0 the calling thread owns `seq` (gpu_node.h: gpu_stream_posted).
+    std::atomic<long> lazy_jobs{0};
     std::atomic<bool> registered{false};
     // Stream-ordered calls on several nodes (schedule/stream_call.h): their host copies, and
     // the token of the last one (increasing; the stream and the host compare against it).

@@ -18,6 +18,7 @@
 #include "proxy.h"
 #include "segment_plan.h"
 #include "slots.h"
+#include "stream_call.h"
 
 namespace {
 
@@ -232,7 +233,7 @@ GpuHop1::~GpuHop1() {
 }
 
 int gpu_hop1_post(twohop_comm *c, uint64_t off, uint64_t items, char *result,
-                  const twohop_reduction &red) {
+                  const twohop_reduction &red, void *stream) {
     GpuHop1 &h = c->gpu_hop1;
     twohop_gpu_args a;
     std::memset(&a, 0, sizeof(a));
@@ -243,9 +244,10 @@ int gpu_hop1_post(twohop_comm *c, uint64_t off, uint64_t items, char *result,
     a.nout = 1;
     a.n = items * red.elems_per_item;
     choose_vector(&a, twohop_dtype_size(red.dtype), h.one_device);
-    if (!cuda::launch(h.device, kernel_name(red.dtype, red.op), &a, sizeof(a), a.n)) {
+    if (!cuda::launch(h.device, kernel_name(red.dtype, red.op), &a, sizeof(a), a.n, stream)) {
         return gpu_error(c, "the hop-1 kernel failed on local rank", c->topo.local_rank);
     }
+    if (stream) return TWOHOP_OK; // the caller orders the work on its stream
     h.pending = true;
     h.fenced = false;
     return TWOHOP_OK;
@@ -293,12 +295,10 @@ namespace {
 /*
  * Round 2 of the decision, first half: with every local rank's descriptor published
  * (desc_seq = s), copies them into peer[], checks that this rank's GPU reaches every peer's and
- * publishes the vote. *one_device: every buffer is on `device`. With `mapped_only` (the proxy
- * thread's stream-ordered calls) this rank also votes no unless every peer's input is mapped
- * here already; the missing ones are left in GpuHop1::to_open for the calling thread to open.
+ * publishes the vote. *one_device: every buffer is on `device`.
  */
 int vote_publish(twohop_comm *c, const GpuDesc &d, int device, uint64_t s, GpuDesc *peer,
-                 bool *one_device, bool mapped_only = false) {
+                 bool *one_device) {
     const int L = c->topo.local_size();
     bool ok = d.can != 0;
     *one_device = true;
@@ -341,33 +341,8 @@ int vote_publish(twohop_comm *c, const GpuDesc &d, int device, uint64_t s, GpuDe
             c->host.log(1, msg);
         }
     }
-    for (int l = 0; ok && mapped_only && l < L; ++l) {
-        if (l == c->topo.local_rank) continue;
-        const GpuDesc::Buffer &ps = peer[l].send;
-        const cuda::PeerAllocation a{peer[l].pid, ps.base, ps.id};
-        if (cuda::ipc_lookup(device, a) != nullptr) continue;
-        ok = false;
-        GpuHop1::PendingMap pm;
-        pm.device = device;
-        pm.alloc = a;
-        std::memcpy(pm.handle, ps.handle, sizeof(pm.handle));
-        std::lock_guard<std::mutex> lock(c->gpu_hop1.pending_m);
-        c->gpu_hop1.to_open.push_back(pm);
-    }
     RankFlags &mine = c->shm.flags(c->topo.local_rank);
     mine.vote.store((s << 1) | (ok ? 1 : 0), std::memory_order_release);
-    return TWOHOP_OK;
-}
-
-/* Second half, without waiting: TWOHOP_PENDING until every local rank voted on call s, then
- * TWOHOP_OK with *all = every vote is yes. */
-int votes_in(twohop_comm *c, uint64_t s, bool *all) {
-    *all = true;
-    for (int l = 0; l < c->topo.local_size(); ++l) {
-        const uint64_t v = c->shm.flags(l).vote.load(std::memory_order_acquire);
-        if (v < (s << 1)) return TWOHOP_PENDING;
-        *all = *all && (v & 1);
-    }
     return TWOHOP_OK;
 }
 
@@ -376,10 +351,12 @@ int vote_round(twohop_comm *c, const GpuDesc &d, int device, uint64_t s, GpuDesc
                bool *one_device, bool *all) {
     int rc = vote_publish(c, d, device, s, peer, one_device);
     if (rc != TWOHOP_OK) return rc;
+    *all = true;
     for (int l = 0; l < c->topo.local_size(); ++l) {
         if ((rc = c->wait_for(c->shm.flags(l).vote, s << 1)) != TWOHOP_OK) return rc;
+        *all = *all && (c->shm.flags(l).vote.load(std::memory_order_acquire) & 1);
     }
-    return votes_in(c, s, all);
+    return TWOHOP_OK;
 }
 
 /* Round 1: this rank's descriptor of call s into its shared-memory block, then desc_seq = s. */
@@ -468,13 +445,10 @@ int shard_args(twohop_comm *c, const GpuDesc *peer, int device, bool one_device,
  * Then every local rank's receive buffer is mapped too. Returns a twohop_status.
  */
 int activate_hop1(twohop_comm *c, const GpuDesc *peer, int device, bool one_device,
-                  char *my_in, char *my_out, bool lookup_only = false) {
+                  char *my_in, char *my_out) {
     GpuHop1 &h = c->gpu_hop1;
     const int L = c->topo.local_size();
-    // Stream-ordered calls (lookup_only) copy hop 3 from host memory: the peers' receive
-    // buffers are not mapped by their votes, and a device-to-device copy may synchronise
-    // with other streams (CUDA's implicit synchronisation rules).
-    bool gather = c->gpu_hop3_gather && !lookup_only;
+    bool gather = c->gpu_hop3_gather;
     for (int l = 0; gather && l < L; ++l) gather = peer[l].recv_staged == 0;
     for (int l = 0; l < L; ++l) {
         if (l == c->topo.local_rank) {
@@ -484,8 +458,7 @@ int activate_hop1(twohop_comm *c, const GpuDesc *peer, int device, bool one_devi
         }
         const GpuDesc::Buffer &ps = peer[l].send;
         const cuda::PeerAllocation sa{peer[l].pid, ps.base, ps.id};
-        char *sb = static_cast<char *>(lookup_only ? cuda::ipc_lookup(device, sa)
-                                                   : cuda::ipc_open(device, sa, ps.handle));
+        char *sb = static_cast<char *>(cuda::ipc_open(device, sa, ps.handle));
         if (!sb) return gpu_error(c, "opening a CUDA IPC handle of local rank", l);
         h.in[l] = sb + ps.off;
         h.out[l] = nullptr;
@@ -504,80 +477,6 @@ int activate_hop1(twohop_comm *c, const GpuDesc *peer, int device, bool one_devi
 }
 
 } // namespace
-
-bool gpu_stream_prepare(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out,
-                        uint64_t count, const twohop_reduction &red, GpuStreamVote *v) {
-    GpuHop1 &h = c->gpu_hop1;
-    std::vector<GpuHop1::PendingMap> open;
-    {
-        std::lock_guard<std::mutex> lock(h.pending_m);
-        open.swap(h.to_open);
-    }
-    for (const GpuHop1::PendingMap &pm : open) {
-        if (cuda::ipc_open(pm.device, pm.alloc, pm.handle) == nullptr && c->verbose >= 1) {
-            c->host.log(1, "stream-ordered call: opening a CUDA IPC handle of a local peer "
-                           "failed; its calls run on the host path");
-        }
-    }
-    cuda::PointerInfo oi;
-    if (!out.device || !in.device || !cuda::pointer_info(out.device, &oi)) return false;
-    // The segment registered for another device may be in use by calls in flight: not
-    // re-registered from here (those calls then take host copies).
-    if (h.reg_device >= 0 && h.reg_device != oi.device) return false;
-    GpuDesc d;
-    int device = -1;
-    bool stage_in = false, stage_out = false;
-    describe(c, in, out, red, count * red.item_bytes, &d, &device, &stage_in, &stage_out, true);
-    if (!d.can || stage_in || stage_out) return false; // staging copies would synchronise
-    // The job's thread launches the hop-1 kernel: loaded here, never lazily there.
-    if (!cuda::preload(device, kernel_name(red.dtype, red.op))) return false;
-    static_assert(sizeof(GpuDesc) <= sizeof(v->desc), "descriptor bytes");
-    std::memcpy(v->desc, &d, sizeof(d));
-    v->device = device;
-    v->phase = 0;
-    v->gpu = false;
-    return true;
-}
-
-int gpu_stream_vote_step(twohop_comm *c, char *in, GpuStreamVote *v) {
-    GpuDesc d;
-    std::memcpy(&d, v->desc, sizeof(d));
-    GpuDesc peer[TWOHOP_GPU_MAX_RANKS];
-    int rc;
-    switch (v->phase) {
-    case 0:
-        v->s = ++c->seq;
-        publish_desc(c, d, v->s);
-        v->phase = 1;
-        // fall through
-    case 1: {
-        if ((rc = twohop::test_all(c, &RankFlags::desc_seq, v->s)) != TWOHOP_OK) return rc;
-        bool one = true;
-        if ((rc = vote_publish(c, d, v->device, v->s, peer, &one, true)) != TWOHOP_OK) return rc;
-        v->one_device = one;
-        v->phase = 2;
-    }
-        // fall through
-    case 2: {
-        bool all = false;
-        if ((rc = votes_in(c, v->s, &all)) != TWOHOP_OK) return rc;
-        v->gpu = all;
-        v->phase = 3;
-        if (all) {
-            for (int l = 0; l < c->topo.local_size(); ++l) {
-                std::memcpy(&peer[l], c->shm.desc(l), sizeof(GpuDesc));
-            }
-            if ((rc = activate_hop1(c, peer, v->device, v->one_device, in, nullptr, true)) !=
-                TWOHOP_OK) {
-                return rc;
-            }
-        }
-        return decline(c, v->s); // the pipeline job runs the call with this number
-    }
-    default:
-        return TWOHOP_OK;
-    }
-}
 
 int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out,
                        uint64_t count, const twohop_reduction &red, bool *taken) {
@@ -772,19 +671,206 @@ extern "C" const unsigned long long *twohop_doorbells_counter(void) {
  * stay far below the stream queue's depth, and keep hop 1 well ahead of hop 2. */
 constexpr uint64_t kPostedWindow = 16;
 
+namespace {
+
+/*
+ * The GPU's half of a GPU-posted call (the blocking form on twohop's stream, the
+ * stream-ordered form on the application's): the stream operations of segment k, enqueued by
+ * the calling thread in the CPU-posted pipeline's order (start(0) .. start(depth - 1),
+ * finish(0), start(depth), finish(1), ...; tail() ends the call). `ok` turns false at the
+ * first enqueue that fails.
+ */
+struct PostedSchedule {
+    twohop_comm *c;
+    void *stream;                   // nullptr: twohop's own
+    twohop::DoorbellRing *ring_dev; // the call's ring and gates, where the GPU sees them
+    uint64_t s0, count, seg_items, nseg;
+    twohop_reduction red;
+    char *out;                      // this rank's device receive buffer
+    bool ok = true;
+
+    uint64_t depth() const { return static_cast<uint64_t>(c->depth); }
+    uint64_t shards() const { return static_cast<uint64_t>(c->topo.n_shards()); }
+
+    void start(uint64_t k) {
+        GpuHop1 &h = c->gpu_hop1;
+        const uint64_t s = s0 + 1 + k;
+        const int set = static_cast<int>(s % depth());
+        const uint64_t ib = red.item_bytes;
+        const twohop::Range seg = twohop::segment_range(count, seg_items, k);
+        // The proxy opens the gate when the buffer set is free (a wait on an open gate passes).
+        ok = ok && cuda::wait_flag(h.device, stream, &ring_dev->gate_start, k + 1);
+        for (size_t i = 0; ok && i < c->my_shards.size(); ++i) {
+            const twohop::Range r = twohop::split_even(seg.count, shards(),
+                                                       static_cast<uint64_t>(c->my_shards[i]));
+            ok = gpu_hop1_post(c, (seg.offset + r.offset) * ib, r.count,
+                               c->shm.result(set) + r.offset * ib, red, stream) == TWOHOP_OK;
+        }
+        const bool last = k + 1 == nseg;
+        const uint64_t batch = static_cast<uint64_t>(c->posted_batch);
+        twohop::PostArgs pa{ring_dev, k, {s, static_cast<uint32_t>(k), last ? 1u : 0u},
+                            (k + 1) % batch == 0 || last ? 1 : 0, 0};
+        ok = ok && cuda::launch(h.device, "th_post", &pa, sizeof(pa), 1, stream);
+    }
+
+    void finish(uint64_t k) {
+        GpuHop1 &h = c->gpu_hop1;
+        const int dev = h.device;
+        const int me = c->topo.local_rank;
+        const int node = c->topo.my_node;
+        const uint64_t s = s0 + 1 + k;
+        const int set = static_cast<int>(s % depth());
+        const uint64_t ib = red.item_bytes;
+        const twohop::Range seg = twohop::segment_range(count, seg_items, k);
+        const int first = c->my_shards.front();
+        // The proxy opens the gate when every shard's owner published its hop-2 result.
+        ok = ok && cuda::wait_flag(dev, stream, &ring_dev->gate_finish, k + 1);
+        // Hop 3 gathered on the GPU (GpuHop1::gather): my own shards from host memory, then
+        // `gathered`, then every other shard from its owner's receive buffer once the owner's
+        // GPU wrote its `gathered` (PipelineJob::finish_hop3_gpu is the CPU-posted form).
+        for (int pass = h.gather ? 0 : 1; ok && pass < 2; ++pass) {
+            for (uint64_t j = 0; ok && j < shards(); ++j) {
+                const int sh = static_cast<int>((first + j) % shards());
+                const int owner = c->topo.shard_owner(node, sh);
+                const twohop::Range r = twohop::split_even(seg.count, shards(),
+                                                           static_cast<uint64_t>(sh));
+                const uint64_t off = (seg.offset + r.offset) * ib;
+                if (!h.gather || (pass == 0 && owner == me)) {
+                    ok = cuda::copy_async(dev, out + off, c->shm.result(set) + r.offset * ib,
+                                          r.count * ib, stream);
+                } else if (pass == 1 && owner != me) {
+                    ok = cuda::wait_flag(dev, stream,
+                                         flag_addr(c, owner, &RankFlags::gathered), s) &&
+                         cuda::copy_async(dev, out + off, h.out[owner] + off, r.count * ib,
+                                          stream);
+                }
+            }
+            if (pass == 0) {
+                ok = ok && cuda::write_flag(dev, stream,
+                                            flag_addr(c, me, &RankFlags::gathered), s);
+            }
+        }
+        ok = ok && cuda::write_flag(dev, stream, flag_addr(c, me, &RankFlags::done), s);
+    }
+
+    /* After start(nseg - 1): the last finishes; with hop 3 gathered, the wait for the peers
+     * that still copy from this rank's receive buffer. */
+    void tail() {
+        GpuHop1 &h = c->gpu_hop1;
+        for (uint64_t k = nseg > depth() ? nseg - depth() : 0; ok && k < nseg; ++k) finish(k);
+        for (int l = 0; ok && h.gather && l < c->topo.local_size(); ++l) {
+            if (l != c->topo.local_rank) {
+                ok = cuda::wait_flag(h.device, stream, flag_addr(c, l, &RankFlags::done),
+                                     s0 + nseg);
+            }
+        }
+    }
+};
+
+/*
+ * The host half of a GPU-posted call, for PostedJob (posted_job.h): hop-2 rings over UCX for
+ * each segment the doorbell announces, `reduced` when they complete, and the two gates of the
+ * call's ring opened from the local ranks' flags: start(k) once every local rank is done with
+ * the segment that used its buffer set before (s - depth), finish(k) once every shard's owner
+ * on this node published its hop-2 result. Host memory and UCX only: whichever thread steps
+ * the job (the proxy thread may run under MPI_THREAD_SINGLE) makes no MPI and no CUDA call;
+ * `drained` says when the GPU is done with the call.
+ */
+class RingBackend : public twohop::PostedBackend {
+  public:
+    RingBackend(twohop_comm *c, const twohop_reduction &red, uint64_t count, uint64_t seg_items,
+                uint64_t s0, uint64_t nseg, twohop::DoorbellRing *ring,
+                std::function<int()> drained)
+        : c_(c), reducer_(red), count_(count), seg_items_(seg_items), s0_(s0), nseg_(nseg),
+          ring_(ring), drained_(std::move(drained)) {
+        const int node = c->topo.my_node;
+        for (int sh = 0; sh < c->topo.n_shards(); ++sh) {
+            const int o = c->topo.shard_owner(node, sh);
+            if (std::find(owners_.begin(), owners_.end(), o) == owners_.end()) {
+                owners_.push_back(o);
+            }
+        }
+    }
+    int progress() override { return c_->poll_transport(); }
+    int post(const twohop::PostDesc &d) override {
+        const uint64_t shards = static_cast<uint64_t>(c_->topo.n_shards());
+        const uint64_t ib = reducer_.item_bytes();
+        const int set = static_cast<int>(d.seq % static_cast<uint64_t>(c_->depth));
+        const twohop::Range seg = twohop::segment_range(count_, seg_items_, d.segment);
+        for (size_t i = 0; i < c_->my_shards.size(); ++i) {
+            const int sh = c_->my_shards[i];
+            const twohop::Range r = twohop::split_even(seg.count, shards,
+                                                       static_cast<uint64_t>(sh));
+            if (c_->rails.empty() || r.count == 0) continue;
+            const int rc = c_->start_hop2(set, i, c_->shm.result(set) + r.offset * ib, r.count,
+                                          &reducer_, c_->rail_tag(d.seq, sh), d.last != 0);
+            if (rc != TWOHOP_OK) return rc;
+        }
+        return TWOHOP_OK;
+    }
+    bool done(uint64_t segment) override {
+        const int set = static_cast<int>((s0_ + 1 + segment) % c_->depth);
+        for (size_t i = 0; i < c_->rails.size(); ++i) {
+            if (c_->hop2_active(set, i)) return false;
+        }
+        return true;
+    }
+    void retire(uint64_t segment) override {
+        c_->shm.flags(c_->topo.local_rank)
+            .reduced.store(s0_ + 1 + segment, std::memory_order_release);
+    }
+    void gates() override {
+        const uint64_t depth = static_cast<uint64_t>(c_->depth);
+        const int L = c_->topo.local_size();
+        while (gate_start_ < nseg_) {
+            const uint64_t s = s0_ + 1 + gate_start_;
+            bool free = true;
+            for (int l = 0; free && s > depth && l < L; ++l) {
+                free = c_->shm.flags(l).done.load(std::memory_order_acquire) >= s - depth;
+            }
+            if (!free) break;
+            twohop::open_gate(&ring_->gate_start, ++gate_start_);
+        }
+        while (gate_finish_ < nseg_) {
+            const uint64_t s = s0_ + 1 + gate_finish_;
+            bool all = true;
+            for (size_t i = 0; all && i < owners_.size(); ++i) {
+                all = c_->shm.flags(owners_[i]).reduced.load(std::memory_order_acquire) >= s;
+            }
+            if (!all) break;
+            twohop::open_gate(&ring_->gate_finish, ++gate_finish_);
+        }
+    }
+    int drained() override { return drained_(); }
+
+  private:
+    twohop_comm *c_;
+    const twohop::Reducer reducer_; // the rings use it until they complete
+    uint64_t count_, seg_items_, s0_, nseg_;
+    twohop::DoorbellRing *ring_;
+    std::function<int()> drained_;
+    std::vector<int> owners_;
+    uint64_t gate_start_ = 0, gate_finish_ = 0;
+};
+
+/* Every wait of a GPU-posted call's stream released: the local ranks' flags and the call's
+ * gates set past any sequence (the communicator is unusable afterwards). Host writes only. */
+void release_posted(twohop_comm *c, twohop::DoorbellRing *ring) {
+    release_gpu_waits(c);
+    twohop::open_gate(&ring->gate_start, uint64_t(1) << 62);
+    twohop::open_gate(&ring->gate_finish, uint64_t(1) << 62);
+}
+
+} // namespace
+
 int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t count,
                         const twohop_reduction &red) {
     GpuHop1 &h = c->gpu_hop1;
     const int dev = h.device;
     const int me = c->topo.local_rank;
-    const int L = c->topo.local_size();
-    const int node = c->topo.my_node;
-    const uint64_t shards = static_cast<uint64_t>(c->topo.n_shards());
-    const uint64_t ib = red.item_bytes;
-    const uint64_t seg_items = twohop::segment_items(c->slot_bytes, ib);
+    const uint64_t seg_items = twohop::segment_items(c->slot_bytes, red.item_bytes);
     const uint64_t nseg = twohop::segment_count(count, seg_items);
     const uint64_t depth = static_cast<uint64_t>(c->depth);
-    const uint64_t batch = static_cast<uint64_t>(c->posted_batch);
     if (!out.device) return gpu_error(c, "GPU-posted mode without a device receive buffer", me);
     if (!ensure_ring(c, dev)) {
         return gpu_error(c, "registering the GPU-posted descriptor ring failed on local rank", me);
@@ -793,100 +879,12 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
     const uint64_t s0 = c->seq;
     c->seq += nseg;
 
-    // Gates (doorbell_ring.h): segment k may start once every local rank is done with the
-    // segment that used its buffer set before (s - depth); it may finish once every shard's
-    // owner on this node published its hop-2 result. The host watches the local ranks' flags
-    // and opens the gates in this process's ring; the GPU waits on the two gate words only.
-    std::vector<int> owners;
-    for (int sh = 0; sh < static_cast<int>(shards); ++sh) {
-        const int o = c->topo.shard_owner(node, sh);
-        if (std::find(owners.begin(), owners.end(), o) == owners.end()) owners.push_back(o);
-    }
-    uint64_t gate_start = 0, gate_finish = 0;
-    auto open_gates = [&]() {
-        while (gate_start < nseg) {
-            const uint64_t s = s0 + 1 + gate_start;
-            bool free = true;
-            for (int l = 0; free && s > depth && l < L; ++l) {
-                free = c->shm.flags(l).done.load(std::memory_order_acquire) >= s - depth;
-            }
-            if (!free) break;
-            twohop::open_gate(&h.ring->gate_start, ++gate_start);
-        }
-        while (gate_finish < nseg) {
-            const uint64_t s = s0 + 1 + gate_finish;
-            bool all = true;
-            for (size_t i = 0; all && i < owners.size(); ++i) {
-                all = c->shm.flags(owners[i]).reduced.load(std::memory_order_acquire) >= s;
-            }
-            if (!all) break;
-            twohop::open_gate(&h.ring->gate_finish, ++gate_finish);
-        }
-    };
-    open_gates(); // the segments whose sets are free already need no wait on the GPU
-
-    // 1. The call on twohop's stream, in the CPU-posted pipeline's order: start(0) ..
-    // start(depth - 1), finish(0), start(depth), finish(1), ... so that hop 1 of a segment
-    // runs while the segments before it are in hop 2 (the stream is in order: a finish waits
-    // for hop 2 of its segment). Enqueued by this thread while the proxy runs the job (2.),
-    // at most kPostedWindow segments ahead of the hop-2 results: the stream's queue stays
-    // short, so no enqueue ever blocks inside the driver behind a wait on a gate that only
-    // the proxy opens (with the whole call enqueued first, hundreds of segments filled it).
-    bool ok = true;
-    const int first = c->my_shards.front();
-    auto start = [&](uint64_t k) {
-        const uint64_t s = s0 + 1 + k;
-        const int set = static_cast<int>(s % depth);
-        const twohop::Range seg = twohop::segment_range(count, seg_items, k);
-        // The proxy opens the gate when the buffer set is free (a wait on an open gate passes).
-        ok = ok && cuda::wait_flag(dev, nullptr, &h.ring_dev->gate_start, k + 1);
-        for (size_t i = 0; ok && i < c->my_shards.size(); ++i) {
-            const twohop::Range r = twohop::split_even(seg.count, shards,
-                                                       static_cast<uint64_t>(c->my_shards[i]));
-            ok = gpu_hop1_post(c, (seg.offset + r.offset) * ib, r.count,
-                               c->shm.result(set) + r.offset * ib, red) == TWOHOP_OK;
-        }
-        const bool last = k + 1 == nseg;
-        twohop::PostArgs pa{h.ring_dev, k, {s, static_cast<uint32_t>(k), last ? 1u : 0u},
-                            (k + 1) % batch == 0 || last ? 1 : 0, 0};
-        ok = ok && cuda::launch(dev, "th_post", &pa, sizeof(pa), 1);
-    };
-    auto finish = [&](uint64_t k) {
-        const uint64_t s = s0 + 1 + k;
-        const int set = static_cast<int>(s % depth);
-        const twohop::Range seg = twohop::segment_range(count, seg_items, k);
-        // The proxy opens the gate when every shard's owner published its hop-2 result.
-        ok = ok && cuda::wait_flag(dev, nullptr, &h.ring_dev->gate_finish, k + 1);
-        // Hop 3 gathered on the GPU (GpuHop1::gather): my own shards from host memory, then
-        // `gathered`, then every other shard from its owner's receive buffer once the owner's
-        // GPU wrote its `gathered` (PipelineJob::finish_hop3_gpu is the CPU-posted form).
-        for (int pass = h.gather ? 0 : 1; ok && pass < 2; ++pass) {
-            for (uint64_t j = 0; ok && j < shards; ++j) {
-                const int sh = static_cast<int>((first + j) % shards);
-                const int owner = c->topo.shard_owner(node, sh);
-                const twohop::Range r = twohop::split_even(seg.count, shards,
-                                                           static_cast<uint64_t>(sh));
-                const uint64_t off = (seg.offset + r.offset) * ib;
-                if (!h.gather) {
-                    ok = cuda::copy_async(dev, out.device + off,
-                                          c->shm.result(set) + r.offset * ib, r.count * ib);
-                } else if (pass == 0 && owner == me) {
-                    ok = cuda::copy_async(dev, out.device + off,
-                                          c->shm.result(set) + r.offset * ib, r.count * ib);
-                } else if (pass == 1 && owner != me) {
-                    ok = cuda::wait_flag(dev, nullptr, flag_addr(c, owner, &RankFlags::gathered),
-                                         s) &&
-                         cuda::copy_async(dev, out.device + off, h.out[owner] + off,
-                                          r.count * ib);
-                }
-            }
-            if (pass == 0) {
-                ok = ok &&
-                     cuda::write_flag(dev, nullptr, flag_addr(c, me, &RankFlags::gathered), s);
-            }
-        }
-        ok = ok && cuda::write_flag(dev, nullptr, flag_addr(c, me, &RankFlags::done), s);
-    };
+    // 1. The call on twohop's stream (PostedSchedule). Enqueued by this thread while the proxy
+    // runs the job (2.), at most kPostedWindow segments ahead of the hop-2 results: the
+    // stream's queue stays short, so no enqueue ever blocks inside the driver behind a wait on
+    // a gate that only the proxy opens (with the whole call enqueued first, hundreds of
+    // segments filled it).
+    PostedSchedule sched{c, nullptr, h.ring_dev, s0, count, seg_items, nseg, red, out.device};
     const uint64_t window = depth > kPostedWindow ? depth : kPostedWindow;
     uint64_t next_k = 0;                  // next segment to start (this thread only)
     std::atomic<bool> enqueued_all{false}; // the fence after the last operation is recorded
@@ -896,101 +894,40 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
         return r > s0 ? r - s0 : 0;
     };
     auto enqueue_more = [&]() -> bool {
-        while (ok && next_k < nseg && next_k < results() + window) {
-            if (next_k >= depth) finish(next_k - depth);
-            start(next_k);
+        while (sched.ok && next_k < nseg && next_k < results() + window) {
+            if (next_k >= depth) sched.finish(next_k - depth);
+            sched.start(next_k);
             ++next_k;
         }
-        if (ok && next_k == nseg) {
-            for (uint64_t k = nseg > depth ? nseg - depth : 0; ok && k < nseg; ++k) finish(k);
-            // Hop 3 gathered on the GPU: peers copy from my receive buffer until they are done
-            // with the last segment.
-            for (int l = 0; ok && h.gather && l < L; ++l) {
-                if (l != me) {
-                    ok = cuda::wait_flag(dev, nullptr, flag_addr(c, l, &RankFlags::done),
-                                         s0 + nseg);
-                }
-            }
-            ok = ok && h.fence.record(dev);
-            if (ok) enqueued_all.store(true, std::memory_order_release);
+        if (sched.ok && next_k == nseg) {
+            sched.tail();
+            sched.ok = sched.ok && h.fence.record(dev);
+            if (sched.ok) enqueued_all.store(true, std::memory_order_release);
         }
-        if (!ok) enqueue_failed.store(true, std::memory_order_release);
-        return ok && next_k < nseg;
+        if (!sched.ok) enqueue_failed.store(true, std::memory_order_release);
+        return sched.ok && next_k < nseg;
     };
     h.pending = true;
-    // On failure: every wait of this rank's stream released, the stream drained.
-    auto release = [&]() {
-        release_gpu_waits(c);
-        twohop::open_gate(&h.ring->gate_start, uint64_t(1) << 62);
-        twohop::open_gate(&h.ring->gate_finish, uint64_t(1) << 62);
-        h.settle();
-    };
 
     // 2. The proxy thread posts hop 2 as the doorbell announces segments; this thread sleeps.
-    // The transport behind the job: hop-2 rings over UCX for this communicator.
-    class RingBackend : public twohop::PostedBackend {
-      public:
-        RingBackend(twohop_comm *c, const twohop_reduction &red, uint64_t count,
-                    uint64_t seg_items, uint64_t s0, const std::function<void()> &gates,
-                    const std::atomic<bool> *enqueued_all, const std::atomic<bool> *failed)
-            : c_(c), reducer_(red), count_(count), seg_items_(seg_items), s0_(s0),
-              gates_(gates), enqueued_all_(enqueued_all), failed_(failed) {}
-        // The proxy thread: UCX and shared memory only, never the MPI library (it may run
-        // under MPI_THREAD_SINGLE, and no MPI progress is needed to finish hop 2).
-        int progress() override {
-            if (failed_->load(std::memory_order_acquire)) return TWOHOP_ERR_TRANSPORT;
-            return c_->poll_transport();
-        }
-        int post(const twohop::PostDesc &d) override {
-            const uint64_t shards = static_cast<uint64_t>(c_->topo.n_shards());
-            const uint64_t ib = reducer_.item_bytes();
-            const int set = static_cast<int>(d.seq % static_cast<uint64_t>(c_->depth));
-            const twohop::Range seg = twohop::segment_range(count_, seg_items_, d.segment);
-            for (size_t i = 0; i < c_->my_shards.size(); ++i) {
-                const int sh = c_->my_shards[i];
-                const twohop::Range r = twohop::split_even(seg.count, shards,
-                                                           static_cast<uint64_t>(sh));
-                if (c_->rails.empty() || r.count == 0) continue;
-                const int rc = c_->start_hop2(set, i, c_->shm.result(set) + r.offset * ib,
-                                              r.count, &reducer_, c_->rail_tag(d.seq, sh),
-                                              d.last != 0);
-                if (rc != TWOHOP_OK) return rc;
-            }
-            return TWOHOP_OK;
-        }
-        bool done(uint64_t segment) override {
-            const int set = static_cast<int>((s0_ + 1 + segment) % c_->depth);
-            for (size_t i = 0; i < c_->rails.size(); ++i) {
-                if (c_->hop2_active(set, i)) return false;
-            }
-            return true;
-        }
-        void retire(uint64_t segment) override {
-            c_->shm.flags(c_->topo.local_rank)
-                .reduced.store(s0_ + 1 + segment, std::memory_order_release);
-        }
-        void gates() override { gates_(); }
-        int drained() override {
-            // The fence is recorded after the last operation is enqueued, not before.
-            if (!enqueued_all_->load(std::memory_order_acquire)) return 0;
-            const int q = c_->gpu_hop1.fence.query();
-            return q < 0 ? TWOHOP_ERR_TRANSPORT : q;
-        }
-
-      private:
-        twohop_comm *c_;
-        const twohop::Reducer reducer_; // the rings use it until they complete
-        uint64_t count_, seg_items_, s0_;
-        const std::function<void()> &gates_;
-        const std::atomic<bool> *enqueued_all_, *failed_;
-    };
-    const std::function<void()> gates_fn = open_gates;
-    RingBackend backend(c, red, count, seg_items, s0, gates_fn, &enqueued_all, &enqueue_failed);
+    RingBackend backend(c, red, count, seg_items, s0, nseg, h.ring, [&]() -> int {
+        if (enqueue_failed.load(std::memory_order_acquire)) return TWOHOP_ERR_TRANSPORT;
+        // The fence is recorded after the last operation is enqueued, not before.
+        if (!enqueued_all.load(std::memory_order_acquire)) return 0;
+        const int q = h.fence.query();
+        return q < 0 ? TWOHOP_ERR_TRANSPORT : q;
+    });
+    backend.gates(); // the segments whose sets are free already need no wait on the GPU
     twohop::PostedJob job(h.ring, &backend, s0, nseg, c->timeout_s, TWOHOP_ERR_TIMEOUT);
-    auto step = [&job]() { return job.step(twohop::Proxy::kPending); };
+    auto step = [&job, &enqueue_failed]() {
+        if (enqueue_failed.load(std::memory_order_acquire)) return int(TWOHOP_ERR_TRANSPORT);
+        return job.step(twohop::Proxy::kPending);
+    };
     int rc = twohop::Proxy::instance().run(step, enqueue_more);
-    if (!ok) {
-        release();
+    // On failure: every wait of this rank's stream released, the stream drained.
+    if (!sched.ok) {
+        release_posted(c, h.ring);
+        h.settle();
         return gpu_error(c, "enqueueing the GPU-posted call failed on local rank", me);
     }
     if (rc == twohop::Proxy::kStopped || rc == twohop::kPostedBadDescriptor) {
@@ -999,7 +936,8 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
     const uint64_t bells = job.doorbells();
     g_doorbells.fetch_add(bells, std::memory_order_relaxed);
     if (rc != TWOHOP_OK) {
-        release();
+        release_posted(c, h.ring);
+        h.settle();
         return rc;
     }
     h.pending = false;
@@ -1100,5 +1038,159 @@ int gpu_node_enqueue(twohop_comm *c, const twohop_userbuf &in, const twohop_user
     if (!ok) return gpu_error(c, "enqueueing a stream-ordered allreduce failed on local rank", me);
     *taken = true;
     g_enqueued_calls.fetch_add(1, std::memory_order_relaxed);
+    return TWOHOP_OK;
+}
+
+namespace {
+
+/*
+ * The host side of a stream-ordered GPU-posted call on several nodes (gpu_stream_posted): the
+ * PostedJob of its segments, stepped by whoever drives the communicator's queue. Makes no CUDA
+ * call: the GPU's progress is read from host words (the local ranks' flags, the call's
+ * `released` word). Until every local rank's stream reached the call (ready >= first
+ * sequence) it waits for the application, not for twohop (no timeout meanwhile). Destroyed
+ * before it finished (a failure, a timeout), it releases every wait of the call's stream.
+ */
+class StreamPostedJob : public twohop::Job {
+  public:
+    StreamPostedJob(twohop_comm *c, const twohop_reduction &red, uint64_t count,
+                    uint64_t seg_items, uint64_t s0, uint64_t nseg, const GpuStreamSlot &slot)
+        : c_(c), s0_(s0), slot_(slot),
+          backend_(c, red, count, seg_items, s0, nseg, slot.ring,
+                   [this]() -> int {
+                       const int e = slot_.enqueue_state->load(std::memory_order_acquire);
+                       if (e < 0) return TWOHOP_ERR_TRANSPORT;
+                       return e > 0 && twohop::reached(slot_.released, slot_.token) ? 1 : 0;
+                   }),
+          job_(slot.ring, &backend_, s0, nseg, 0, TWOHOP_ERR_TIMEOUT) {}
+    ~StreamPostedJob() override {
+        if (!finished_) release_posted(c_, slot_.ring);
+        slot_.job_live->store(false, std::memory_order_release);
+    }
+    int advance() override {
+        if (slot_.enqueue_state->load(std::memory_order_acquire) < 0) {
+            return TWOHOP_ERR_TRANSPORT;
+        }
+        if (!arrived_) {
+            for (int l = 0; l < c_->topo.local_size(); ++l) {
+                if (c_->shm.flags(l).ready.load(std::memory_order_acquire) < s0_ + 1) {
+                    backend_.gates(); // segments whose sets are free need no wait later
+                    return TWOHOP_PENDING;
+                }
+            }
+            arrived_ = true;
+            ++steps_;
+        }
+        const uint64_t before = job_.posted() + job_.retired();
+        int rc = job_.step(TWOHOP_PENDING);
+        steps_ += job_.posted() + job_.retired() - before;
+        if (rc == TWOHOP_PENDING) return rc;
+        if (rc == twohop::kPostedBadDescriptor) rc = TWOHOP_ERR_TRANSPORT;
+        if (rc == TWOHOP_OK) {
+            finished_ = true;
+            gpu_hop1_done();
+            g_doorbells.fetch_add(job_.doorbells(), std::memory_order_relaxed);
+        }
+        return rc;
+    }
+    bool waiting_on_application() const override { return !arrived_; }
+    uint64_t reserved_first_seq() const override { return s0_ + 1; }
+
+  private:
+    twohop_comm *c_;
+    uint64_t s0_;
+    GpuStreamSlot slot_;
+    RingBackend backend_;
+    twohop::PostedJob job_;
+    bool arrived_ = false, finished_ = false;
+};
+
+} // namespace
+
+int gpu_stream_posted(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out,
+                      uint64_t count, const twohop_reduction &red, void *stream,
+                      const GpuStreamSlot &slot,
+                      const std::function<int(std::unique_ptr<twohop::Job>)> &submit,
+                      bool *on_gpu) {
+    *on_gpu = false;
+    GpuHop1 &h = c->gpu_hop1;
+    const int me = c->topo.local_rank;
+    const uint64_t bytes = count * red.item_bytes;
+    const uint64_t s = ++c->seq;
+
+    // Round 1: my descriptor (no wait for my input: the streams order it, step 2).
+    GpuDesc d;
+    int device = -1;
+    bool stage_in = false, stage_out = false;
+    // The segment's registration must not move to another device under calls in flight.
+    const bool pinned_elsewhere =
+        h.reg_device >= 0 && out.device != nullptr && c->stream_slots &&
+        !c->stream_slots->idle();
+    describe(c, in, out, red, bytes, &d, &device, &stage_in, &stage_out, true);
+    if (stage_in || stage_out) d.can = 0; // staging copies would need the device's order
+    if (d.can && pinned_elsewhere && h.reg_device != device) d.can = 0;
+    if (d.can && stream && cuda::stream_device(stream) != device) d.can = 0;
+    // The call's ring holds the segments posted and not yet consumed: at most depth + 1.
+    if (uint64_t(c->depth) + 1 >= twohop::DoorbellRing::kSlots) d.can = 0;
+    if (d.can && !cuda::preload(device, "th_post")) d.can = 0;
+    if (d.can && !cuda::preload(device, kernel_name(red.dtype, red.op))) d.can = 0;
+    publish_desc(c, d, s);
+    if (!d.can) return vote_no(c, s);
+    int rc;
+    if ((rc = c->wait_all(&RankFlags::desc_seq, s)) != TWOHOP_OK) return rc;
+    GpuDesc peer[TWOHOP_GPU_MAX_RANKS];
+    bool one_device = true, all = true;
+    if ((rc = vote_round(c, d, device, s, peer, &one_device, &all)) != TWOHOP_OK) return rc;
+    if (!all) return decline(c, s);
+    if ((rc = activate_hop1(c, peer, device, one_device, in.device, out.device)) != TWOHOP_OK) {
+        return rc;
+    }
+    h.active = false; // this call's pipeline is the stream's, not a host job's
+    (void)decline(c, s);
+
+    // 2. The call's sequence numbers, its ring, its job (queued before the stream may wait on
+    // it), then the stream's half.
+    const uint64_t seg_items = twohop::segment_items(c->slot_bytes, red.item_bytes);
+    const uint64_t nseg = twohop::segment_count(count, seg_items);
+    const uint64_t s0 = c->seq;
+    c->seq += nseg;
+    twohop::reset(slot.ring);
+    slot.enqueue_state->store(0, std::memory_order_relaxed);
+    slot.job_live->store(true, std::memory_order_release);
+    std::unique_ptr<twohop::Job> job(
+        new StreamPostedJob(c, red, count, seg_items, s0, nseg, slot));
+    if ((rc = submit(std::move(job))) != TWOHOP_OK) return rc; // dropped: its waits released
+
+    void *st = stream ? stream : cuda::legacy_stream();
+    PostedSchedule sched{c, st, slot.ring_dev, s0, count, seg_items, nseg, red, out.device};
+    sched.ok = cuda::write_flag(device, st, flag_addr(c, me, &RankFlags::ready), s0 + 1);
+    for (int l = 0; sched.ok && l < c->topo.local_size(); ++l) {
+        if (l != me) {
+            sched.ok = cuda::wait_flag(device, st, flag_addr(c, l, &RankFlags::ready), s0 + 1);
+        }
+    }
+    const uint64_t depth = static_cast<uint64_t>(c->depth);
+    for (uint64_t k = 0; sched.ok && k < nseg; ++k) {
+        if (k >= depth) sched.finish(k - depth);
+        sched.start(k);
+    }
+    sched.tail();
+    sched.ok = sched.ok && cuda::write_flag(device, st, slot.released_dev, slot.token);
+    const bool gathered = h.gather;
+    h.gather = false;
+    if (!sched.ok) {
+        slot.enqueue_state->store(-1, std::memory_order_release);
+        return gpu_error(c, "enqueueing a stream-ordered allreduce failed on local rank", me);
+    }
+    slot.enqueue_state->store(1, std::memory_order_release);
+    *on_gpu = true;
+    if (c->verbose >= 3) {
+        char msg[200];
+        std::snprintf(msg, sizeof(msg),
+                      "stream-ordered call on the device buffers: %llu segments GPU-posted on "
+                      "the application's stream%s", static_cast<unsigned long long>(nseg),
+                      gathered ? ", hop 3 gathered on the GPU" : "");
+        c->host.log(3, msg);
+    }
     return TWOHOP_OK;
 }

@@ -19,13 +19,17 @@
 #define TWOHOP_GPU_NODE_H
 
 #include <array>
+#include <atomic>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <utility>
 #include <vector>
 
 #include "cuda_driver.h"
 #include "doorbell_ring.h"
+#include "job.h"
 #include "reducer.h"
 #include "twohop_core.h"
 
@@ -89,15 +93,6 @@ struct GpuHop1 {
     // here; out[local rank] is my own receive buffer).
     bool gather = false;
     char *out[16] = {};
-    // Peers' allocations a stream-ordered call's vote found unmapped (the proxy thread only
-    // looks mappings up): the calling thread opens them at its next stream-ordered call.
-    struct PendingMap {
-        int device;
-        twohop::cuda::PeerAllocation alloc;
-        unsigned char handle[twohop::cuda::kIpcHandleBytes];
-    };
-    std::mutex pending_m;
-    std::vector<PendingMap> to_open;
     char *shm_host = nullptr;       // the registered segment, and where kernels see it
     char *shm_dev = nullptr;
     int reg_device = -1;
@@ -128,9 +123,10 @@ struct GpuHop1 {
 
 /* Enqueues hop 1 of one shard on the GPU: result = in_0 op ... op in_{L-1} over `items` items
  * at byte offset `off` of the message, into `result` (host shared memory). Returns at once;
- * gpu_hop1_wait tells when it is done. */
+ * gpu_hop1_test tells when it is done (on twohop's stream; with `stream`, on that stream, and
+ * the caller orders it). */
 int gpu_hop1_post(twohop_comm *c, uint64_t off, uint64_t items, char *result,
-                  const twohop_reduction &red);
+                  const twohop_reduction &red, void *stream = nullptr);
 
 /* Enqueues hop 3 of one shard: `len` bytes from `src` (host shared memory) to the device
  * address `dst` (the receive buffer). Returns at once. */
@@ -185,37 +181,42 @@ int gpu_node_enqueue(twohop_comm *c, const twohop_userbuf &in, const twohop_user
 int gpu_enqueue_drain(twohop_comm *c);
 
 /*
- * Stream-ordered calls on several nodes that work on the device buffers where they are
- * (stream_call.cpp, DeviceCallJob): hop 1 and hop 3 on the GPU as for the blocking call, the
- * node's vote run by the call's job without waiting, in the communicator's call order.
- * Everything that may synchronise with the device (registering the node's segment, exporting
- * buffers, opening peers' IPC handles) is done by the calling thread before the application's
- * stream is made to wait on the call: the job's thread, which opens that wait, only looks
- * mappings up. A peer allocation not mapped yet makes this rank vote no (the node runs that call
- * on the host path through device copies) and is opened at this rank's next stream-ordered
- * call.
+ * Stream-ordered calls on several nodes that stay on the device buffers (stream_call.cpp;
+ * coll_twohop_enqueue_on_device). The calling thread does every CUDA call of the call; the
+ * proxy thread does none (a CUDA call there may block behind an application thread that waits
+ * inside the driver for a stream which waits for the proxy: the deadlock NCCL's proxy avoids
+ * the same way). At twohop_allreduce_enqueue:
+ *   1. the node's decision rounds, on the calling thread (descriptor, vote; the wait is for the
+ *      local peers' calling threads or jobs, never for a GPU), with sequence number s;
+ *   2. when every local rank voted yes: the call's sequence numbers s .. s + nseg - 1 are
+ *      reserved, the host side (StreamPostedJob: hop 2, the gates) is queued for the proxy
+ *      thread, then everything else is enqueued on the application's stream:
+ *        ready = s, wait every local ready >= s (every input produced),
+ *        the GPU-posted pipeline's start(k) / finish(k) (gpu_posted_pipeline), with the
+ *        call's own doorbell ring and gates (`ring`, in the call's host slot),
+ *        [hop 3 gathered: wait every local done >= s + nseg - 1], released = token;
+ *   3. otherwise the rounds' sequence number is given back and the caller queues the host
+ *      copy (the call's rounds are done: its job does not vote again).
+ * It may run only when no call that takes its sequence numbers when it starts is queued on
+ * c (twohop_comm::lazy_jobs == 0): then the calling thread owns c->seq (the queued calls are
+ * reserved ones, which never touch it). *on_gpu: the node agreed and the call is on the stream
+ * (its job submitted through `submit`, which returns a twohop_status). Returns a twohop_status;
+ * after an error the caller fails the call on every rank (poisoned communicator).
  */
-struct GpuStreamVote {
-    int phase = 0;
-    uint64_t s = 0;
-    alignas(8) unsigned char desc[256]; // this rank's descriptor (gpu_node.cpp's GpuDesc)
-    int device = -1;
-    bool one_device = false;
-    bool gpu = false; // the node agreed: hop 1 and hop 3 of the call run on the GPU
+struct GpuStreamSlot {
+    twohop::DoorbellRing *ring;     // the call's ring and gates: host address
+    twohop::DoorbellRing *ring_dev; // and where the GPU sees it
+    uint64_t *released;             // host address of the word the stream writes at its end
+    uint64_t *released_dev;
+    uint64_t token;                 // the value it writes there
+    std::atomic<bool> *job_live;    // set while the call's job exists (the slot stays in use)
+    std::atomic<int> *enqueue_state; // 0 enqueueing, 1 enqueued, -1 enqueueing failed
 };
-
-/* Calling thread: opens the mappings earlier votes left pending, then describes this call's
- * buffers into v (exporting them, registering the node's segment on first use). False when
- * this rank cannot take the GPU side (not IPC-shareable buffers, another device than the
- * segment's registration, no stream memory operations): the caller then uses host copies. */
-bool gpu_stream_prepare(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out,
-                        uint64_t count, const twohop_reduction &red, GpuStreamVote *v);
-
-/* The call's job: one non-waiting step of the node's vote (descriptor, vote, every vote in).
- * TWOHOP_PENDING until the votes are in; then TWOHOP_OK with v->gpu set, c->gpu_hop1 active
- * when it is, and the call's sequence number given back (the pipeline job runs the call with
- * it). `in` is this rank's device input (the kernels' own input). */
-int gpu_stream_vote_step(twohop_comm *c, char *in, GpuStreamVote *v);
+int gpu_stream_posted(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out,
+                      uint64_t count, const twohop_reduction &red, void *stream,
+                      const GpuStreamSlot &slot,
+                      const std::function<int(std::unique_ptr<twohop::Job>)> &submit,
+                      bool *on_gpu);
 
 /* Counts a stream-ordered call that stayed on the stream (MPI_T coll_twohop_enqueued_calls). */
 void gpu_enqueued_count();

@@ -3,7 +3,7 @@
  * (scripts/gpu_check.sh runs it). Host code; the producer and checker kernels are in
  * enqueue_kernels.cu.
  *
- * usage: enqueue_allreduce [--expect-enqueued | --expect-enqueued-multinode]
+ * usage: enqueue_allreduce [--expect-enqueued | --expect-enqueued-multinode [--expect-on-device]]
  *        enqueue_allreduce sizes [--max-bytes N]
  *          per message size (8 B .. N, default 256 MiB, x4): how long the enqueue call takes to
  *          return (slowest rank, slowest of the calls), the time per call of enqueued calls back
@@ -37,6 +37,8 @@
  * --expect-enqueued-multinode (several nodes) every call of a rank with device buffers stays on
  * the stream whatever the other ranks pass (the host_rank and forms cases too), and
  * coll_twohop_enqueued_multinode_calls counts the same calls.
+ * --expect-on-device: the ordering case's second call (every rank's buffers on the device) ran
+ * hop 1 on the GPU, stream-ordered (coll_twohop_gpu_hop1_calls moved).
  * Exit 0 when every case passes on every rank.
  */
 #define _GNU_SOURCE
@@ -58,7 +60,7 @@ int enqueue_test_check(const float *buf, long long n, float expect_base, float s
 int enqueue_test_compute(unsigned long long ns, int blocks, cudaStream_t s);
 
 static int rank, size, failures;
-static bool expect_enq, multinode;
+static bool expect_enq, multinode, expect_on_device;
 static struct twohop_pvars pv;
 
 #define CK(x)                                                                                  \
@@ -139,6 +141,7 @@ static void case_ordering(void) {
     CK(cudaDeviceSynchronize());
     MPI_Barrier(MPI_COMM_WORLD);
     const unsigned long long before = enqueued();
+    const unsigned long long hop1_before = twohop_pvars_read(&pv).gpu_hop1;
     const unsigned long long spin_ns = 300000000ull;
     if (enqueue_test_produce(in, n, (float)(rank + 1), spin_ns, s) != 0) fail("producer launch");
     t0 = now_s();
@@ -159,6 +162,15 @@ static void case_ordering(void) {
     }
     if (expect_enq && (ret_ms > 150 || !busy)) fail("ordering: the enqueue call waited for the GPU");
     expect_count(before, 1, "ordering");
+    if (expect_on_device) {
+        // The call's host side (the proxy thread) counts it once it has read the stream's end.
+        const double t_end = now_s() + 5;
+        while (twohop_pvars_read(&pv).gpu_hop1 == hop1_before && now_s() < t_end) {
+        }
+        if (twohop_pvars_read(&pv).gpu_hop1 == hop1_before) {
+            fail("ordering: the call did not run hop 1 on the GPU (coll_twohop_gpu_hop1_calls)");
+        }
+    }
     CK(cudaFree(in));
     CK(cudaFree(out));
     CK(cudaStreamDestroy(s));
@@ -578,6 +590,7 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--expect-enqueued")) expect_enq = true;
         if (!strcmp(argv[i], "--expect-enqueued-multinode")) expect_enq = multinode = true;
+        if (!strcmp(argv[i], "--expect-on-device")) expect_on_device = true;
     }
     twohop_pvars_open(&pv);
     if (expect_enq && !pv.has_enq) fail("coll_twohop_enqueued_calls not found");

@@ -23,6 +23,8 @@
 # Environment: MPI_TESTS_COLL=tuned|han overrides -c and turns the twohop-only checks off
 # (`--expect twohop` becomes `--expect none --tolerate-ompi-bugs`, `--expect-twohop` is dropped):
 # the same test list then runs as a baseline against plain Open MPI.
+# STACKS_ON_HANG=1: 10 s before the watchdog fires, every rank's thread backtraces (gdb, else
+# cuda-gdb, when one is installed) go to stderr, so a hang says where it waits.
 # Exit status: the program's; 124 when the outer watchdog fired.
 set -euo pipefail
 
@@ -124,7 +126,24 @@ if [[ $coll != pmpi && $coll != mpi ]]; then
 fi
 echo "+ ${cmd[*]}" >&2
 rc=0
+dumper=
+if [[ ${STACKS_ON_HANG:-0} == 1 && $tmo -gt 20 ]]; then
+    dbg=$(command -v gdb || command -v cuda-gdb || true)
+    (
+        sleep $((tmo - 10))
+        [[ -n $dbg ]] || { echo "run_mpi.sh: no gdb for the backtraces" >&2; exit 0; }
+        # The ranks: Open MPI's launcher puts OMPI_COMM_WORLD_RANK into their environment.
+        for pid in $(grep -l -s OMPI_COMM_WORLD_RANK= /proc/[0-9]*/environ | cut -d/ -f3); do
+            [[ $pid != "$$" && $pid != "$BASHPID" ]] || continue
+            echo "==== run_mpi.sh: backtraces of pid $pid" >&2
+            timeout 20 "$dbg" -batch -p "$pid" -ex "thread apply all bt 14" 2>&1 |
+                grep -E "^Thread|^#" >&2
+        done
+    ) &
+    dumper=$!
+fi
 timeout --kill-after=15 "$tmo" "${cmd[@]}" || rc=$?
+[[ -n $dumper ]] && kill "$dumper" 2>/dev/null
 if [[ $rc -eq 124 ]]; then
     echo "run_mpi.sh: WATCHDOG: mpirun killed after $tmo s (hang?)" >&2
 fi

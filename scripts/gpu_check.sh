@@ -365,16 +365,19 @@ if [[ $mode == half ]]; then
 fi
 if [[ $mode == streamnodes ]]; then
     shm=(bash -c 'OMPI_MCA_coll_twohop_vnode_shm_transport=1 exec "$@"' _)
-    # The blocking device matrix on two virtual nodes (hop 1 and 3 on the GPU: the pipeline
-    # job the stream-ordered call drives too).
+    export STACKS_ON_HANG=1 # a hang prints where every rank's threads wait
+    # The blocking device matrix on two virtual nodes, CPU- and GPU-posted (the stream-ordered
+    # call on the device buffers runs the GPU-posted schedule on the application's stream).
     check np4_rr2_one_gpu 4 rr:2 0
+    RUN_MCA=coll_twohop_gpu_posted=1 check np4_rr2_one_gpu_posted 4 rr:2 0
     for cfg in "4 tcp" "8 shm"; do
         read -r np net <<<"$cfg"
         pre=()
         [[ $net == shm ]] && pre=("${shm[@]}")
         t0=$SECONDS
         if CHECK_VERBOSE=1 run $np rr:2 0 -- "${pre[@]}" "$build/mpi_tests/enqueue_allreduce" \
-            --expect-enqueued-multinode >"$out/enqueue_np${np}_rr2_$net.log" 2>&1; then
+            --expect-enqueued-multinode --expect-on-device \
+            >"$out/enqueue_np${np}_rr2_$net.log" 2>&1; then
             summary+=("PASS enqueue np${np}_rr2 ($net, $((SECONDS - t0)) s): $(grep -m1 '^ordering' "$out/enqueue_np${np}_rr2_$net.log")")
         else
             summary+=("FAIL enqueue np${np}_rr2 ($net, $((SECONDS - t0)) s)")
@@ -389,6 +392,11 @@ if [[ $mode == streamnodes ]]; then
         summary+=("FAIL README example allreduce_enqueue np4_rr2")
         status=1
     fi
+    # The proof that the example's call stayed on the device buffers: its verbose-3 line.
+    RUN_MCA=coll_twohop_verbose=3 run 4 rr:2 0 -- "$build/mpi_tests/allreduce_enqueue" \
+        >"$out/example_enqueue_rr2_v3.log" 2>&1
+    summary+=("example verbose 3: $(grep -c "GPU-posted on the application's stream" \
+        "$out/example_enqueue_rr2_v3.log") ranks logged a call on the device buffers")
     for np in 4 8; do
         for od in 1 0; do
             RUN_MCA=coll_twohop_enqueue_on_device=$od run $np rr:2 0 -- "${shm[@]}" \

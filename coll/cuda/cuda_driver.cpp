@@ -323,13 +323,6 @@ std::mutex g_ipc_m;
 std::map<std::tuple<int, long long, unsigned long long>, Mapping> g_ipc_cache;
 } // namespace
 
-void *ipc_lookup(int device, const PeerAllocation &a) {
-    std::lock_guard<std::mutex> lock(g_ipc_m);
-    auto it = g_ipc_cache.find(std::make_tuple(device, a.pid, a.base));
-    if (it == g_ipc_cache.end() || it->second.buffer_id != a.buffer_id) return nullptr;
-    return reinterpret_cast<void *>(it->second.local);
-}
-
 void *ipc_open(int device, const PeerAllocation &a, const unsigned char handle[kIpcHandleBytes]) {
     auto &m = g_ipc_m;
     auto &cache = g_ipc_cache;
@@ -667,7 +660,6 @@ bool pointer_info(const void *, PointerInfo *) { return false; }
 bool ipc_export(const void *, unsigned char *) { return false; }
 bool ipc_export(const PointerInfo &, unsigned char *) { return false; }
 void *ipc_open(int, const PeerAllocation &, const unsigned char *) { return nullptr; }
-void *ipc_lookup(int, const PeerAllocation &) { return nullptr; }
 bool pci_bus_id(int, char *, int) { return false; }
 int device_by_pci(const char *) { return -1; }
 bool can_access(int, int) { return false; }

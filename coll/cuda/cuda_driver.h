@@ -70,11 +70,6 @@ struct PeerAllocation {
  */
 void *ipc_open(int device, const PeerAllocation &a, const unsigned char handle[kIpcHandleBytes]);
 
-/* The cached mapping ipc_open made of `a` on `device` (same buffer id), or nullptr; never
- * opens, closes or calls the driver (the proxy thread uses it: opening and closing mappings may
- * synchronise with the device while an application stream waits on a gate that thread opens). */
-void *ipc_lookup(int device, const PeerAllocation &a);
-
 /* PCI bus id of `device` ("0000:1b:00.0"), and the ordinal of a bus id in this process
  * (-1 when that GPU is not visible here). */
 bool pci_bus_id(int device, char *buf, int len);

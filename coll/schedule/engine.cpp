@@ -86,6 +86,7 @@ void finish_head(twohop_comm *c, int rc) {
     }
     q->result = rc;
     q->job.reset(); // before done: the front end may free the buffers the job points to
+    if (q->lazy) c->lazy_jobs.fetch_sub(1, std::memory_order_release);
     if (q->async_ok) g_async_queued.fetch_sub(1, std::memory_order_release);
     c->completed.push_back(q);
 }
@@ -143,7 +144,8 @@ int advance_queue(twohop_comm *c, bool *pending, bool async_only = false,
             if (c->poisoned != TWOHOP_OK) {
                 rc = TWOHOP_ERR_POISONED;
             } else if (q->job) {
-                c->call_first_seq = c->seq + 1;
+                const uint64_t reserved = q->job->reserved_first_seq();
+                c->call_first_seq = reserved ? reserved : c->seq + 1;
                 // A stream-ordered call still on this rank's GPU writes this rank's flags.
                 rc = gpu_enqueue_drain(c);
             }
@@ -314,6 +316,7 @@ void forget_comm(twohop_comm *c) {
         c->registered.store(false);
         c->inflight.store(0);
     }
+    c->lazy_jobs.store(0);
     take_incoming(c);
     for (QueuedCall *q : c->queue) {
         if (q->async_ok) g_async_queued.fetch_sub(1, std::memory_order_release);
@@ -393,6 +396,8 @@ int submit_job(twohop_comm *c, std::unique_ptr<Job> job, twohop_done_fn done, vo
     q->ctx = ctx;
     q->job = std::move(job);
     q->async_ok = q->job != nullptr && async_ok;
+    q->lazy = q->job != nullptr && q->job->reserved_first_seq() == 0;
+    if (q->lazy) c->lazy_jobs.fetch_add(1, std::memory_order_relaxed);
     const bool held = held_by_this_thread(c);
     if (held || !first_pass) {
         // Started from inside the progress of a call this thread is running on the same

@@ -27,6 +27,10 @@ class Job {
     /* True while the job waits for the application rather than for twohop's peers (a
      * stream-ordered call whose stream has not reached it): no timeout runs meanwhile. */
     virtual bool waiting_on_application() const { return false; }
+    /* Non-zero for a job whose sequence numbers were reserved when it was queued (a
+     * stream-ordered call on the device buffers, gpu_node.h: gpu_stream_posted): its first
+     * one. Zero for the others, which take theirs from twohop_comm::seq when they start. */
+    virtual uint64_t reserved_first_seq() const { return 0; }
 
   protected:
     uint64_t steps_ = 0;

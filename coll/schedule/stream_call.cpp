@@ -19,6 +19,9 @@ namespace {
 
 std::atomic<unsigned long long> g_multinode_calls{0};
 constexpr uint64_t kPage = 4096;
+static_assert(StreamSlot::kRingOffset >= sizeof(StreamWords) &&
+                  StreamSlot::kRingOffset + sizeof(DoorbellRing) <= kPage,
+              "the words and the ring share one page");
 
 uint64_t round_up_pow2(uint64_t v) {
     uint64_t p = kPage;
@@ -37,96 +40,6 @@ void free_slot(StreamSlot *s) {
     }
     delete s;
 }
-
-/* A canonical device buffer as the host path reads and writes it when the node declines the
- * GPU side: copies on twohop's own stream, waited for with an event (never through the legacy
- * default stream, which the application's stream waiting on the call's gate may block). */
-struct DeviceBuffer {
-    int device;
-    char *base;
-    cuda::Fence fence;
-};
-int device_copy(DeviceBuffer *b, void *dst, const void *src, uint64_t len) {
-    if (!cuda::copy_async(b->device, dst, src, len) || !b->fence.record(b->device)) return -1;
-    int q;
-    while ((q = b->fence.query()) == 0) {
-    }
-    return q < 0 ? -1 : 0;
-}
-int device_read(void *ctx, void *dst, uint64_t off, uint64_t len) {
-    auto *b = static_cast<DeviceBuffer *>(ctx);
-    return device_copy(b, dst, b->base + off, len);
-}
-int device_write(void *ctx, const void *src, uint64_t off, uint64_t len) {
-    auto *b = static_cast<DeviceBuffer *>(ctx);
-    return device_copy(b, b->base + off, src, len);
-}
-
-/*
- * The host side of a stream-ordered pipeline call on the device buffers where they are: the
- * node's vote without waiting (gpu_stream_vote_step), then the pipeline job the blocking call
- * would run -- hop 1 and hop 3 on the GPU when the node agreed, else the host path reading and
- * writing the device buffers through copies on twohop's own stream.
- */
-class DeviceCallJob : public Job {
-  public:
-    DeviceCallJob(twohop_comm *c, char *in, char *out, uint64_t count,
-                  const twohop_reduction &red, const GpuStreamVote &vote)
-        : c_(c), count_(count), red_(red), vote_(vote) {
-        bin_.device = bout_.device = vote.device;
-        bin_.base = in;
-        bout_.base = out;
-        make(&in_, &bin_);
-        make(&out_, &bout_);
-    }
-    ~DeviceCallJob() override {
-        job_.reset();
-        if (gpu_) end_gpu(false);
-    }
-    int advance() override {
-        if (!job_) {
-            const int rc = gpu_stream_vote_step(c_, bin_.base, &vote_);
-            if (rc != TWOHOP_OK) return rc;
-            ++steps_;
-            gpu_ = vote_.gpu;
-            job_.reset(new PipelineJob(c_, in_, out_, count_, red_));
-        }
-        const uint64_t before = job_->steps();
-        const int rc = job_->advance();
-        steps_ += job_->steps() - before;
-        if (rc == TWOHOP_PENDING) return rc;
-        job_.reset();
-        if (gpu_) end_gpu(rc == TWOHOP_OK);
-        return rc;
-    }
-
-  private:
-    static void make(twohop_userbuf *u, DeviceBuffer *b) {
-        std::memset(u, 0, sizeof(*u));
-        u->device = b->base;
-        u->ctx = b;
-        u->read = device_read;
-        u->write = device_write;
-    }
-    void end_gpu(bool ok) {
-        gpu_ = false;
-        if (ok) {
-            gpu_hop1_done();
-        } else {
-            c_->gpu_hop1.settle();
-        }
-        c_->gpu_hop1.active = false;
-        c_->gpu_hop1.gather = false;
-    }
-    twohop_comm *c_;
-    uint64_t count_;
-    twohop_reduction red_;
-    GpuStreamVote vote_;
-    DeviceBuffer bin_, bout_;
-    twohop_userbuf in_, out_;
-    std::unique_ptr<Job> job_;
-    bool gpu_ = false;
-};
 
 /* A stream-ordered call queued in the engine has no request: nothing to complete. Its failure
  * is recorded on the communicator (poisoned), and the next call reports it. */
@@ -253,32 +166,65 @@ int twohop_stream_enqueue_multinode(twohop_comm *c, const twohop_userbuf &in,
         return TWOHOP_ERR_HOST;
     }
 
-    // The pipeline path of a communicator that runs the GPU vote works on the device buffers
-    // where they are when this rank's buffers allow it (hop 1 and hop 3 on the GPU once the
-    // node agrees): the stream only says when the input is ready and waits for the result.
-    // Otherwise through a host copy. Either way the call's job runs the node's vote, so the
-    // choice is this rank's alone.
-    GpuStreamVote vote;
-    const bool on_device = c->gpu_round && c->stream_on_device &&
-                           !twohop::latency_path(c, count, red.item_bytes) &&
-                           device == oi.device &&
-                           gpu_stream_prepare(c, in, out, count, red, &vote);
+    // The pipeline path of a communicator that runs the GPU vote stays on the device buffers
+    // (gpu_stream_posted: hop 1 and hop 3 on the application's stream, GPU-posted) when the node
+    // agrees; the rounds run here, on the calling thread, when it owns the sequence numbers
+    // (no call that takes its own when it starts is queued). Otherwise through a host copy,
+    // whose job runs the rounds when it starts. Either way every local rank runs the node's
+    // rounds for the call once, so the choice is this rank's alone.
+    const bool pipeline = !twohop::latency_path(c, count, red.item_bytes);
+    const bool vote_now = c->gpu_round && pipeline && c->stream_on_device &&
+                          device == oi.device &&
+                          c->lazy_jobs.load(std::memory_order_acquire) == 0;
     if (!c->stream_slots) c->stream_slots.reset(new twohop::StreamSlots());
     bool timed_out = false;
     StreamSlot *slot =
-        c->stream_slots->acquire(device, on_device ? 0 : bytes, c->timeout_s, &timed_out);
+        c->stream_slots->acquire(device, vote_now ? 0 : bytes, c->timeout_s, &timed_out);
     if (slot == nullptr && !timed_out) return TWOHOP_OK; // no host copy: the blocking form
     *taken = true;
     const uint64_t token = ++c->stream_token;
     bool ok = slot != nullptr;
+    bool voted = false;
+    if (ok && vote_now) {
+        const GpuStreamSlot gs{slot->ring(), slot->ring_dev(), &slot->words->released,
+                               &slot->words_dev->released, token, &slot->job_live,
+                               &slot->enqueue_state};
+        auto submit = [c](std::unique_ptr<twohop::Job> job) {
+            return twohop::submit_job(c, std::move(job), twohop::stream_done, nullptr, true,
+                                      false);
+        };
+        bool on_gpu = false;
+        const int rc = gpu_stream_posted(c, in, out, count, red, stream, gs, submit, &on_gpu);
+        if (rc != TWOHOP_OK) { // this rank cannot take part: the call fails on every rank
+            std::snprintf(why, whylen, "%s", c->poisoned != TWOHOP_OK ? c->failure.c_str()
+                                                                      : twohop::status_reason(rc));
+            twohop::lock_engine(c);
+            twohop::drain_queue(c);
+            twohop::unlock_engine(c);
+            if (c->poisoned == TWOHOP_OK) {
+                c->call_first_seq = c->seq + 1;
+                c->fail(rc, why);
+            }
+            return rc;
+        }
+        if (on_gpu) {
+            slot->token = token;
+            gpu_enqueued_count();
+            twohop::g_multinode_calls.fetch_add(1, std::memory_order_relaxed);
+            return TWOHOP_OK;
+        }
+        // The node declined: a host copy, the rounds done.
+        voted = true;
+        slot = c->stream_slots->acquire(device, bytes, c->timeout_s, &timed_out);
+        ok = slot != nullptr;
+    }
     bool waits = false; // the stream waits on the gate: it must be opened whatever happens
     if (ok) {
         slot->token = token;
-        ok = (on_device || cuda::copy_async(device, slot->host, in.device, bytes, st)) &&
+        ok = cuda::copy_async(device, slot->host, in.device, bytes, st) &&
              cuda::write_flag(device, st, &slot->words_dev->arrived, token);
         waits = ok && cuda::wait_flag(device, st, &slot->words_dev->gate, token);
-        ok = waits &&
-             (on_device || cuda::copy_async(device, out.device, slot->host, bytes, st)) &&
+        ok = waits && cuda::copy_async(device, out.device, slot->host, bytes, st) &&
              cuda::write_flag(device, st, &slot->words_dev->released, token);
     }
     if (!ok) {
@@ -308,15 +254,10 @@ int twohop_stream_enqueue_multinode(twohop_comm *c, const twohop_userbuf &in,
     twohop_userbuf h;
     std::memset(&h, 0, sizeof(h));
     h.direct = slot->host;
-    std::unique_ptr<twohop::Job> inner;
+    std::unique_ptr<twohop::Job> inner = twohop::make_job(c, h, h, count, red);
     std::function<int()> start;
-    if (on_device) {
-        inner.reset(new twohop::DeviceCallJob(c, in.device, out.device, count, red, vote));
-    } else {
-        inner = twohop::make_job(c, h, h, count, red);
-        const bool voting = c->gpu_round && !twohop::latency_path(c, count, red.item_bytes);
-        start = [c, h, count, red, voting]() -> int {
-            if (!voting) return TWOHOP_OK;
+    if (c->gpu_round && pipeline && !voted) {
+        start = [c, h, count, red]() -> int {
             bool gpu = false;
             const int rc = gpu_node_allreduce(c, h, h, count, red, &gpu);
             return rc != TWOHOP_OK ? rc : gpu ? TWOHOP_ERR_HOST : TWOHOP_OK;
@@ -342,10 +283,9 @@ int twohop_stream_enqueue_multinode(twohop_comm *c, const twohop_userbuf &in,
     if (c->verbose >= 3) {
         char msg[160];
         std::snprintf(msg, sizeof(msg), "stream-ordered call on %d nodes: %llu bytes, token %llu, "
-                      "%s", c->topo.n_nodes(),
+                      "through a host copy", c->topo.n_nodes(),
                       static_cast<unsigned long long>(bytes),
-                      static_cast<unsigned long long>(token),
-                      on_device ? "on the device buffers" : "through a host copy");
+                      static_cast<unsigned long long>(token));
         c->host.log(3, msg);
     }
     return TWOHOP_OK;

@@ -5,9 +5,11 @@
 #ifndef TWOHOP_SCHEDULE_STREAM_CALL_H
 #define TWOHOP_SCHEDULE_STREAM_CALL_H
 
+#include <atomic>
 #include <cstdint>
 #include <vector>
 
+#include "doorbell_ring.h"
 #include "stream_job.h"
 #include "twohop_core.h"
 
@@ -25,8 +27,24 @@ struct StreamSlot {
     StreamWords *words_dev = nullptr; // their device address
     int device = -1;            // the device whose context registered them
     uint64_t token = 0;         // the last call that used the slot (0: none yet)
-    /* The stream is done with the slot (it copied the last call's result out). */
-    bool idle() const { return token == 0 || reached(&words->released, token); }
+    // A call on the device buffers (gpu_stream_posted) keeps its doorbell ring and gates in
+    // the words' page, after the words; its job lives until it has read them for the last time.
+    std::atomic<bool> job_live{false};
+    std::atomic<int> enqueue_state{0}; // 0 enqueueing, 1 enqueued, -1 failed (gpu_node.h)
+    static constexpr size_t kRingOffset = 256;
+    DoorbellRing *ring() const {
+        return reinterpret_cast<DoorbellRing *>(reinterpret_cast<char *>(words) + kRingOffset);
+    }
+    DoorbellRing *ring_dev() const {
+        return reinterpret_cast<DoorbellRing *>(reinterpret_cast<char *>(words_dev) +
+                                                kRingOffset);
+    }
+    /* The stream is done with the slot (it copied the last call's result out or wrote its
+     * end) and no job reads it any more. */
+    bool idle() const {
+        return token == 0 ||
+               (reached(&words->released, token) && !job_live.load(std::memory_order_acquire));
+    }
 };
 
 /*
