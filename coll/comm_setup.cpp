@@ -288,6 +288,7 @@ twohop_comm::~twohop_comm() {
         new std::vector<char>(std::move(scratch));
         shm.leak();
         if (stream_slots) stream_slots->leak();
+        twohop::ucx::Worker::keep_alive();
     } else if (stream_slots) {
         // Stream-ordered calls' host copies: the streams copy their last results out shortly
         // after the gates opened; a copy still in use after 1 s stays allocated.

@@ -346,12 +346,47 @@ int vote_publish(twohop_comm *c, const GpuDesc &d, int device, uint64_t s, GpuDe
     return TWOHOP_OK;
 }
 
-/* Both halves, waiting for every vote. *all: every rank can. */
+/*
+ * Waits until every local rank's `which` reaches `target` on a thread that does not hold c's
+ * engine lock (the calling thread of a stream-ordered call, while the proxy thread may run the
+ * communicator's queued calls): it never touches the transport -- the hop-2 operations belong
+ * to the lock's holder -- only the MPI's progress (which advances twohop's queues when they
+ * are free), the local ranks' failure flags (this rank's own too: a queued call that failed
+ * raised it) and coll_twohop_timeout. Returns a twohop_status.
+ */
+int wait_all_unlocked(twohop_comm *c, std::atomic<uint64_t> RankFlags::*which,
+                      uint64_t target) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int l = 0; l < c->topo.local_size(); ++l) {
+        for (unsigned spins = 1; (c->shm.flags(l).*which).load(std::memory_order_acquire) <
+                                 target;
+             ++spins) {
+            if (spins % 16 != 0) continue;
+            for (int i = 0; i < c->topo.local_size(); ++i) {
+                if (c->shm.flags(i).failed.load(std::memory_order_acquire) != 0) {
+                    return i == c->topo.local_rank ? TWOHOP_ERR_POISONED : TWOHOP_ERR_PEER;
+                }
+            }
+            c->host.progress();
+            if (c->timeout_s > 0 && std::chrono::duration<double>(
+                                        std::chrono::steady_clock::now() - start)
+                                            .count() > c->timeout_s) {
+                return TWOHOP_ERR_TIMEOUT;
+            }
+        }
+    }
+    return TWOHOP_OK;
+}
+
+/* Both halves, waiting for every vote (`unlocked`: wait_all_unlocked). *all: every rank can. */
 int vote_round(twohop_comm *c, const GpuDesc &d, int device, uint64_t s, GpuDesc *peer,
-               bool *one_device, bool *all) {
+               bool *one_device, bool *all, bool unlocked = false) {
     int rc = vote_publish(c, d, device, s, peer, one_device);
     if (rc != TWOHOP_OK) return rc;
     *all = true;
+    if (unlocked && (rc = wait_all_unlocked(c, &RankFlags::vote, s << 1)) != TWOHOP_OK) {
+        return rc;
+    }
     for (int l = 0; l < c->topo.local_size(); ++l) {
         if ((rc = c->wait_for(c->shm.flags(l).vote, s << 1)) != TWOHOP_OK) return rc;
         *all = *all && (c->shm.flags(l).vote.load(std::memory_order_acquire) & 1);
@@ -1137,10 +1172,13 @@ int gpu_stream_posted(twohop_comm *c, const twohop_userbuf &in, const twohop_use
     publish_desc(c, d, s);
     if (!d.can) return vote_no(c, s);
     int rc;
-    if ((rc = c->wait_all(&RankFlags::desc_seq, s)) != TWOHOP_OK) return rc;
+    // No engine lock here: waits that leave the transport to the queued calls' driver.
+    if ((rc = wait_all_unlocked(c, &RankFlags::desc_seq, s)) != TWOHOP_OK) return rc;
     GpuDesc peer[TWOHOP_GPU_MAX_RANKS];
     bool one_device = true, all = true;
-    if ((rc = vote_round(c, d, device, s, peer, &one_device, &all)) != TWOHOP_OK) return rc;
+    if ((rc = vote_round(c, d, device, s, peer, &one_device, &all, true)) != TWOHOP_OK) {
+        return rc;
+    }
     if (!all) return decline(c, s);
     if ((rc = activate_hop1(c, peer, device, one_device, in.device, out.device)) != TWOHOP_OK) {
         return rc;

@@ -1,5 +1,6 @@
 #include "worker.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -135,9 +136,17 @@ int Worker::instance(const ConfigPairs &config, bool thread_multi, bool peer_fai
     return TWOHOP_OK;
 }
 
+namespace {
+std::atomic<bool> g_keep_alive{false};
+} // namespace
+
+void Worker::keep_alive() { g_keep_alive.store(true, std::memory_order_release); }
+
 void Worker::shutdown() {
     std::lock_guard<std::mutex> lock(g_worker_mutex);
-    delete g_worker;
+    // Operations a quarantined communicator leaked may still hold registered memory: UCX's
+    // cleanup would abort on them (rcache "destroying inuse region"). The process ends anyway.
+    if (!g_keep_alive.load(std::memory_order_acquire)) delete g_worker;
     g_worker = nullptr;
 }
 

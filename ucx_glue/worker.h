@@ -91,6 +91,9 @@ class Worker {
                         std::string *err);
     /* Closes every endpoint, the worker and the context. Safe to call when never created. */
     static void shutdown();
+    /* Makes shutdown() leave the worker and its context alive (never cleaned up): called when
+     * a communicator was quarantined, i.e. UCX may still own its operations' memory. */
+    static void keep_alive();
 
     /*
      * True when the UCP context reports CUDA device memory among the memory types its transports

@@ -20,6 +20,10 @@
  *     callback, a blocking call): a call the proxy thread finishes waits in
  *     twohop_comm::completed until one of those delivers it. A failure is recorded on the
  *     communicator (and told to its peers) at once, wherever it is found.
+ *   - Sequence numbers (twohop_comm::seq) belong to the job that runs: a job takes its own when
+ *     it starts, except a stream-ordered call on the device buffers, whose calling thread
+ *     reserves them while no such job is queued (twohop_comm::lazy_jobs = 0; the reserved jobs
+ *     never touch seq): gpu_node.h, gpu_stream_posted.
  *   - Asynchronous progress (coll_twohop_async_progress): while calls are queued, a detached
  *     job on the process's proxy thread (posted/proxy.h, the thread GPU-posted mode uses) runs
  *     progress_all(async only): it advances only calls whose every step is safe off the MPI
