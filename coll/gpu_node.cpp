@@ -476,14 +476,14 @@ int shard_args(twohop_comm *c, const GpuDesc *peer, int device, bool one_device,
  * on the GPU (PipelineJob::finish_hop3_gpu; GPU-posted: gpu_posted_pipeline) when
  * coll_twohop_gpu_hop3_gather is set and no local rank's receive buffer is staged (its peers
  * copy their shards out of it): every local rank reads the same descriptors and parameters,
- * so all decide alike.
- * Then every local rank's receive buffer is mapped too. Returns a twohop_status.
+ * so all decide alike (`gather_allowed` too: the caller derives it from what every local rank
+ * agrees on). Then every local rank's receive buffer is mapped too. Returns a twohop_status.
  */
 int activate_hop1(twohop_comm *c, const GpuDesc *peer, int device, bool one_device,
-                  char *my_in, char *my_out) {
+                  char *my_in, char *my_out, bool gather_allowed = true) {
     GpuHop1 &h = c->gpu_hop1;
     const int L = c->topo.local_size();
-    bool gather = c->gpu_hop3_gather;
+    bool gather = c->gpu_hop3_gather && gather_allowed;
     for (int l = 0; gather && l < L; ++l) gather = peer[l].recv_staged == 0;
     for (int l = 0; l < L; ++l) {
         if (l == c->topo.local_rank) {
@@ -763,14 +763,20 @@ struct PostedSchedule {
         // Hop 3 gathered on the GPU (GpuHop1::gather): my own shards from host memory, then
         // `gathered`, then every other shard from its owner's receive buffer once the owner's
         // GPU wrote its `gathered` (PipelineJob::finish_hop3_gpu is the CPU-posted form).
-        for (int pass = h.gather ? 0 : 1; ok && pass < 2; ++pass) {
+        // Without gathering, every shard comes from host memory, where the segment's result is
+        // contiguous: one copy.
+        if (!h.gather) {
+            ok = ok && cuda::copy_async(dev, out + seg.offset * ib, c->shm.result(set),
+                                        seg.count * ib, stream);
+        }
+        for (int pass = 0; ok && h.gather && pass < 2; ++pass) {
             for (uint64_t j = 0; ok && j < shards(); ++j) {
                 const int sh = static_cast<int>((first + j) % shards());
                 const int owner = c->topo.shard_owner(node, sh);
                 const twohop::Range r = twohop::split_even(seg.count, shards(),
                                                            static_cast<uint64_t>(sh));
                 const uint64_t off = (seg.offset + r.offset) * ib;
-                if (!h.gather || (pass == 0 && owner == me)) {
+                if (pass == 0 && owner == me) {
                     ok = cuda::copy_async(dev, out + off, c->shm.result(set) + r.offset * ib,
                                           r.count * ib, stream);
                 } else if (pass == 1 && owner != me) {
@@ -1152,6 +1158,7 @@ int gpu_stream_posted(twohop_comm *c, const twohop_userbuf &in, const twohop_use
     const int me = c->topo.local_rank;
     const uint64_t bytes = count * red.item_bytes;
     const uint64_t s = ++c->seq;
+    const auto t_start = std::chrono::steady_clock::now();
 
     // Round 1: my descriptor (no wait for my input: the streams order it, step 2).
     GpuDesc d;
@@ -1180,9 +1187,15 @@ int gpu_stream_posted(twohop_comm *c, const twohop_userbuf &in, const twohop_use
         return rc;
     }
     if (!all) return decline(c, s);
-    if ((rc = activate_hop1(c, peer, device, one_device, in.device, out.device)) != TWOHOP_OK) {
+    // Gathering hop 3 costs about 2 stream operations per shard and segment, each a few
+    // microseconds of this thread; it pays from one full segment (the message size and the
+    // segment size are the same on every rank).
+    const bool gather_pays = bytes >= c->slot_bytes;
+    if ((rc = activate_hop1(c, peer, device, one_device, in.device, out.device,
+                            gather_pays)) != TWOHOP_OK) {
         return rc;
     }
+    const auto t_rounds = std::chrono::steady_clock::now();
     h.active = false; // this call's pipeline is the stream's, not a host job's
     (void)decline(c, s);
 
@@ -1223,11 +1236,16 @@ int gpu_stream_posted(twohop_comm *c, const twohop_userbuf &in, const twohop_use
     slot.enqueue_state->store(1, std::memory_order_release);
     *on_gpu = true;
     if (c->verbose >= 3) {
-        char msg[200];
+        const auto t_end = std::chrono::steady_clock::now();
+        char msg[240];
         std::snprintf(msg, sizeof(msg),
-                      "stream-ordered call on the device buffers: %llu segments GPU-posted on "
-                      "the application's stream%s", static_cast<unsigned long long>(nseg),
-                      gathered ? ", hop 3 gathered on the GPU" : "");
+                      "stream-ordered call on the device buffers: %llu B, %llu segments "
+                      "GPU-posted on the application's stream%s; rounds %.1f us, enqueue "
+                      "%.1f us", static_cast<unsigned long long>(bytes),
+                      static_cast<unsigned long long>(nseg),
+                      gathered ? ", hop 3 gathered on the GPU" : "",
+                      std::chrono::duration<double, std::micro>(t_rounds - t_start).count(),
+                      std::chrono::duration<double, std::micro>(t_end - t_rounds).count());
         c->host.log(3, msg);
     }
     return TWOHOP_OK;

@@ -370,6 +370,7 @@ if [[ $mode == streamnodes ]]; then
     # call on the device buffers runs the GPU-posted schedule on the application's stream).
     check np4_rr2_one_gpu 4 rr:2 0
     RUN_MCA=coll_twohop_gpu_posted=1 check np4_rr2_one_gpu_posted 4 rr:2 0
+    RUN_MCA="coll_twohop_gpu_posted=1 coll_twohop_gpu_hop3_gather=0" check np4_rr2_one_gpu_posted_nogather 4 rr:2 0
     for cfg in "4 tcp" "8 shm"; do
         read -r np net <<<"$cfg"
         pre=()
@@ -406,6 +407,23 @@ if [[ $mode == streamnodes ]]; then
             grep -E "^#|^[0-9b]" "$out/stream_sizes_np${np}_ondevice$od.txt"
         done
     done
+    # Where a call on the device buffers spends the calling thread's time (verbose 3 logs the
+    # node's rounds and the enqueue of the stream operations per call): medians per size.
+    RUN_MCA=coll_twohop_verbose=3 run 8 rr:2 0 -- "${shm[@]}" "$build/mpi_tests/enqueue_allreduce" \
+        sizes --max-bytes 2097152 >"$out/stream_sizes_np8_v3.txt" 2>&1
+    echo "== calling thread per call on the device buffers, 8 ranks (median us over ranks and calls)"
+    python3 - "$out/stream_sizes_np8_v3.txt" <<'PY'
+import re, statistics, sys
+per = {}
+for line in open(sys.argv[1], errors="replace"):
+    m = re.search(r"device buffers: (\d+) B.*rounds ([0-9.]+) us, enqueue ([0-9.]+) us", line)
+    if m:
+        per.setdefault(int(m.group(1)), []).append((float(m.group(2)), float(m.group(3))))
+for b in sorted(per):
+    v = per[b]
+    print(f"{b:>10} calls {len(v):>6} rounds {statistics.median(x[0] for x in v):8.1f} "
+          f"enqueue {statistics.median(x[1] for x in v):8.1f}")
+PY
     for b in "" --blocking; do
         run 4 rr:2 0 -- "${shm[@]}" "$build/mpi_tests/enqueue_allreduce" overlap $b \
             --bytes 4194304 --calls 4 --compute-ms 12 >"$out/stream_overlap_np4$b.txt" 2>&1
