@@ -103,6 +103,7 @@ struct twohop_comm {
     bool async_progress = true;            // coll_twohop_async_progress (this process)
     uint64_t async_start_bytes = 131072;   // coll_twohop_async_start_bytes (this process)
     bool stream_on_device = false;         // coll_twohop_enqueue_on_device (this process)
+    uint64_t stream_on_device_min = 0;     // coll_twohop_enqueue_on_device_min_bytes
     bool vnode_shm = false;                // coll_twohop_vnode_shm_transport (agreed)
     int posted_batch = 1;                  // coll_twohop_posted_batch
     std::vector<const twohop::ucx::Endpoint *> rd_peers;

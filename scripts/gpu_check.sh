@@ -376,7 +376,9 @@ if [[ $mode == streamnodes ]]; then
         pre=()
         [[ $net == shm ]] && pre=("${shm[@]}")
         t0=$SECONDS
-        if CHECK_VERBOSE=1 run $np rr:2 0 -- "${pre[@]}" "$build/mpi_tests/enqueue_allreduce" \
+        # min_bytes 0: every pipeline-size case on the device buffers (outstanding calls, in place)
+        if CHECK_VERBOSE=1 RUN_MCA=coll_twohop_enqueue_on_device_min_bytes=0 \
+            run $np rr:2 0 -- "${pre[@]}" "$build/mpi_tests/enqueue_allreduce" \
             --expect-enqueued-multinode --expect-on-device \
             >"$out/enqueue_np${np}_rr2_$net.log" 2>&1; then
             summary+=("PASS enqueue np${np}_rr2 ($net, $((SECONDS - t0)) s): $(grep -m1 '^ordering' "$out/enqueue_np${np}_rr2_$net.log")")
@@ -400,7 +402,9 @@ if [[ $mode == streamnodes ]]; then
         "$out/example_enqueue_rr2_v3.log") ranks logged a call on the device buffers")
     for np in 4 8; do
         for od in 1 0; do
-            RUN_MCA=coll_twohop_enqueue_on_device=$od run $np rr:2 0 -- "${shm[@]}" \
+            # min_bytes 0: the device path at every size (the table that sets the default)
+            RUN_MCA="coll_twohop_enqueue_on_device=$od coll_twohop_enqueue_on_device_min_bytes=0" \
+                run $np rr:2 0 -- "${shm[@]}" \
                 "$build/mpi_tests/enqueue_allreduce" sizes --max-bytes ${STREAM_MAX:-268435456} \
                 >"$out/stream_sizes_np${np}_ondevice$od.txt" 2>&1 || status=1
             echo "== stream-ordered on 2 virtual nodes (hop 2 over shared memory), $np ranks, enqueue_on_device=$od"
@@ -409,7 +413,8 @@ if [[ $mode == streamnodes ]]; then
     done
     # Where a call on the device buffers spends the calling thread's time (verbose 3 logs the
     # node's rounds and the enqueue of the stream operations per call): medians per size.
-    RUN_MCA=coll_twohop_verbose=3 run 8 rr:2 0 -- "${shm[@]}" "$build/mpi_tests/enqueue_allreduce" \
+    RUN_MCA="coll_twohop_verbose=3 coll_twohop_enqueue_on_device_min_bytes=0" \
+        run 8 rr:2 0 -- "${shm[@]}" "$build/mpi_tests/enqueue_allreduce" \
         sizes --max-bytes 2097152 >"$out/stream_sizes_np8_v3.txt" 2>&1
     echo "== calling thread per call on the device buffers, 8 ranks (median us over ranks and calls)"
     python3 - "$out/stream_sizes_np8_v3.txt" <<'PY'

@@ -174,7 +174,7 @@ int twohop_stream_enqueue_multinode(twohop_comm *c, const twohop_userbuf &in,
     // rounds for the call once, so the choice is this rank's alone.
     const bool pipeline = !twohop::latency_path(c, count, red.item_bytes);
     const bool vote_now = c->gpu_round && pipeline && c->stream_on_device &&
-                          device == oi.device &&
+                          bytes >= c->stream_on_device_min && device == oi.device &&
                           c->lazy_jobs.load(std::memory_order_acquire) == 0;
     if (!c->stream_slots) c->stream_slots.reset(new twohop::StreamSlots());
     bool timed_out = false;
