@@ -60,6 +60,25 @@ struct QueuedCall;  // coll/schedule/engine.h
 class StreamSlots;  // coll/schedule/stream_call.h
 }
 
+namespace twohop {
+/* A 64-bit counter with relaxed atomic loads and stores, used like a plain uint64_t by the one
+ * thread that writes it at a time (read-modify-writes are not atomic: there is one writer). */
+class RelaxedU64 {
+  public:
+    RelaxedU64() = default;
+    operator uint64_t() const { return v_.load(std::memory_order_relaxed); }
+    RelaxedU64 &operator=(uint64_t x) {
+        v_.store(x, std::memory_order_relaxed);
+        return *this;
+    }
+    uint64_t operator++() { return *this = uint64_t(*this) + 1, uint64_t(*this); }
+    RelaxedU64 &operator+=(uint64_t x) { return *this = uint64_t(*this) + x; }
+
+  private:
+    std::atomic<uint64_t> v_{0};
+};
+} // namespace twohop
+
 struct twohop_comm {
     twohop_host host;
     twohop::Topology topo;
@@ -75,7 +94,10 @@ struct twohop_comm {
     int verbose = 0;               // coll_twohop_verbose (what is worth formatting)
     uint32_t comm_id = 0;          // agreed at set-up, unique among this process's communicators
     bool id_reserved = false;
-    uint64_t seq = 0;              // segments processed on this communicator (same on all ranks)
+    // Segments processed on this communicator (same on all ranks). Written by the engine lock's
+    // holder, or by a stream-ordered call's calling thread reserving numbers (engine.h) while
+    // the proxy thread's failure checks read it: relaxed atomic accesses.
+    twohop::RelaxedU64 seq;
     uint64_t call_first_seq = 1;   // the first sequence number of the call in progress
     std::vector<int> my_shards;
     const twohop::MemOps *mem = &twohop::mem_ops(twohop::MemoryKind::Host); // user buffers

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <functional>
 #include <cstdlib>
@@ -103,6 +105,9 @@ bool map_control_block(twohop_comm *c, int device) {
     // old registration: decline (the caller drains the stream before it goes on) rather than
     // drop the registration under it.
     if (h.enq_pending || h.reg_failed_device == device) return false;
+    // Likewise stream-ordered calls on several nodes still in flight (their stream operations
+    // and kernels use the segment through the registration).
+    if (h.shm_host && c->stream_slots && !c->stream_slots->idle()) return false;
     char *base = c->shm.desc(0) - c->shm.layout().desc_offset(0);
     if (h.shm_host) cuda::host_unregister(h.reg_device, h.shm_host);
     h.shm_host = base;
@@ -368,9 +373,17 @@ int wait_all_unlocked(twohop_comm *c, std::atomic<uint64_t> RankFlags::*which,
                 }
             }
             c->host.progress();
-            if (c->timeout_s > 0 && std::chrono::duration<double>(
-                                        std::chrono::steady_clock::now() - start)
-                                            .count() > c->timeout_s) {
+            const auto now = std::chrono::steady_clock::now();
+            if (spins % 4096 == 0) { // a local peer whose process is gone never publishes
+                for (size_t i = 0; i < c->local_pids.size(); ++i) {
+                    if (c->local_pids[i] > 0 &&
+                        kill(static_cast<pid_t>(c->local_pids[i]), 0) != 0 && errno == ESRCH) {
+                        return TWOHOP_ERR_PEER;
+                    }
+                }
+            }
+            if (c->timeout_s > 0 &&
+                std::chrono::duration<double>(now - start).count() > c->timeout_s) {
                 return TWOHOP_ERR_TIMEOUT;
             }
         }
@@ -928,7 +941,7 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
     PostedSchedule sched{c, nullptr, h.ring_dev, s0, count, seg_items, nseg, red, out.device};
     const uint64_t window = depth > kPostedWindow ? depth : kPostedWindow;
     uint64_t next_k = 0;                  // next segment to start (this thread only)
-    std::atomic<bool> enqueued_all{false}; // the fence after the last operation is recorded
+    std::atomic<bool> enqueued_all{false}; // the `drained` write after the last operation is enqueued
     std::atomic<bool> enqueue_failed{false};
     auto results = [&]() { // segments whose hop-2 results this rank published (proxy: retire)
         const uint64_t r = c->shm.flags(me).reduced.load(std::memory_order_acquire);
@@ -942,7 +955,7 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
         }
         if (sched.ok && next_k == nseg) {
             sched.tail();
-            sched.ok = sched.ok && h.fence.record(dev);
+            sched.ok = sched.ok && cuda::write_flag(dev, nullptr, &h.ring_dev->drained, 1);
             if (sched.ok) enqueued_all.store(true, std::memory_order_release);
         }
         if (!sched.ok) enqueue_failed.store(true, std::memory_order_release);
@@ -953,10 +966,9 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
     // 2. The proxy thread posts hop 2 as the doorbell announces segments; this thread sleeps.
     RingBackend backend(c, red, count, seg_items, s0, nseg, h.ring, [&]() -> int {
         if (enqueue_failed.load(std::memory_order_acquire)) return TWOHOP_ERR_TRANSPORT;
-        // The fence is recorded after the last operation is enqueued, not before.
+        // The stream writes `drained` after the call's last operation (no CUDA call here).
         if (!enqueued_all.load(std::memory_order_acquire)) return 0;
-        const int q = h.fence.query();
-        return q < 0 ? TWOHOP_ERR_TRANSPORT : q;
+        return __atomic_load_n(&h.ring->drained, __ATOMIC_ACQUIRE) != 0 ? 1 : 0;
     });
     backend.gates(); // the segments whose sets are free already need no wait on the GPU
     twohop::PostedJob job(h.ring, &backend, s0, nseg, c->timeout_s, TWOHOP_ERR_TIMEOUT);
@@ -1164,13 +1176,8 @@ int gpu_stream_posted(twohop_comm *c, const twohop_userbuf &in, const twohop_use
     GpuDesc d;
     int device = -1;
     bool stage_in = false, stage_out = false;
-    // The segment's registration must not move to another device under calls in flight.
-    const bool pinned_elsewhere =
-        h.reg_device >= 0 && out.device != nullptr && c->stream_slots &&
-        !c->stream_slots->idle();
     describe(c, in, out, red, bytes, &d, &device, &stage_in, &stage_out, true);
     if (stage_in || stage_out) d.can = 0; // staging copies would need the device's order
-    if (d.can && pinned_elsewhere && h.reg_device != device) d.can = 0;
     if (d.can && stream && cuda::stream_device(stream) != device) d.can = 0;
     // The call's ring holds the segments posted and not yet consumed: at most depth + 1.
     if (uint64_t(c->depth) + 1 >= twohop::DoorbellRing::kSlots) d.can = 0;
@@ -1178,13 +1185,19 @@ int gpu_stream_posted(twohop_comm *c, const twohop_userbuf &in, const twohop_use
     if (d.can && !cuda::preload(device, kernel_name(red.dtype, red.op))) d.can = 0;
     publish_desc(c, d, s);
     if (!d.can) return vote_no(c, s);
+    // An error leaves the failed call's number as the next one (the caller records the
+    // failure under c->seq + 1, where the node peers look for it).
+    auto failed = [c, s](int rc) {
+        c->seq = s - 1;
+        return rc;
+    };
     int rc;
     // No engine lock here: waits that leave the transport to the queued calls' driver.
-    if ((rc = wait_all_unlocked(c, &RankFlags::desc_seq, s)) != TWOHOP_OK) return rc;
+    if ((rc = wait_all_unlocked(c, &RankFlags::desc_seq, s)) != TWOHOP_OK) return failed(rc);
     GpuDesc peer[TWOHOP_GPU_MAX_RANKS];
     bool one_device = true, all = true;
     if ((rc = vote_round(c, d, device, s, peer, &one_device, &all, true)) != TWOHOP_OK) {
-        return rc;
+        return failed(rc);
     }
     if (!all) return decline(c, s);
     // Gathering hop 3 costs about 2 stream operations per shard and segment, each a few
@@ -1193,7 +1206,7 @@ int gpu_stream_posted(twohop_comm *c, const twohop_userbuf &in, const twohop_use
     const bool gather_pays = bytes >= c->slot_bytes;
     if ((rc = activate_hop1(c, peer, device, one_device, in.device, out.device,
                             gather_pays)) != TWOHOP_OK) {
-        return rc;
+        return failed(rc);
     }
     const auto t_rounds = std::chrono::steady_clock::now();
     h.active = false; // this call's pipeline is the stream's, not a host job's
@@ -1210,7 +1223,9 @@ int gpu_stream_posted(twohop_comm *c, const twohop_userbuf &in, const twohop_use
     slot.job_live->store(true, std::memory_order_release);
     std::unique_ptr<twohop::Job> job(
         new StreamPostedJob(c, red, count, seg_items, s0, nseg, slot));
-    if ((rc = submit(std::move(job))) != TWOHOP_OK) return rc; // dropped: its waits released
+    if ((rc = submit(std::move(job))) != TWOHOP_OK) return failed(rc); // dropped: waits released
+    // From here the stream waits on the slot's words: it stays in use until `released`.
+    *slot.slot_token = slot.token;
 
     void *st = stream ? stream : cuda::legacy_stream();
     PostedSchedule sched{c, st, slot.ring_dev, s0, count, seg_items, nseg, red, out.device};
@@ -1231,7 +1246,8 @@ int gpu_stream_posted(twohop_comm *c, const twohop_userbuf &in, const twohop_use
     h.gather = false;
     if (!sched.ok) {
         slot.enqueue_state->store(-1, std::memory_order_release);
-        return gpu_error(c, "enqueueing a stream-ordered allreduce failed on local rank", me);
+        return failed(
+            gpu_error(c, "enqueueing a stream-ordered allreduce failed on local rank", me));
     }
     slot.enqueue_state->store(1, std::memory_order_release);
     *on_gpu = true;

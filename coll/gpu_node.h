@@ -209,6 +209,7 @@ struct GpuStreamSlot {
     uint64_t *released;             // host address of the word the stream writes at its end
     uint64_t *released_dev;
     uint64_t token;                 // the value it writes there
+    uint64_t *slot_token;           // the slot's token: set to `token` once the stream uses it
     std::atomic<bool> *job_live;    // set while the call's job exists (the slot stays in use)
     std::atomic<int> *enqueue_state; // 0 enqueueing, 1 enqueued, -1 enqueueing failed
 };

@@ -46,10 +46,14 @@ struct DoorbellRing {
     uint64_t pad2[7];
     uint64_t gate_finish;
     uint64_t pad3[7];
+    // Written by the producer's stream after the call's last operation: the consumer reads the
+    // end of the GPU's work here instead of through a CUDA call (the proxy thread makes none).
+    uint64_t drained;
+    uint64_t pad4[7];
     PostDesc slot[kSlots];
 };
 static_assert(sizeof(PostDesc) == 16, "descriptor layout shared with device code");
-static_assert(sizeof(DoorbellRing) == 256 + 16 * DoorbellRing::kSlots, "ring layout");
+static_assert(sizeof(DoorbellRing) == 320 + 16 * DoorbellRing::kSlots, "ring layout");
 
 /* The argument of the device producer th_post (gpu_kernels.cu): writes descriptor `index`
  * (`desc`) into the ring at `ring` (its device address) and, when ring_bell, publishes every
@@ -99,6 +103,7 @@ inline void reset(DoorbellRing *r) {
     __atomic_store_n(&r->consumed, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&r->gate_start, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&r->gate_finish, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&r->drained, 0, __ATOMIC_RELAXED);
 }
 
 /* Consumer: opens gate `g` (gate_start or gate_finish) up to `value` (monotonic). */

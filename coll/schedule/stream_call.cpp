@@ -186,9 +186,10 @@ int twohop_stream_enqueue_multinode(twohop_comm *c, const twohop_userbuf &in,
     bool ok = slot != nullptr;
     bool voted = false;
     if (ok && vote_now) {
-        const GpuStreamSlot gs{slot->ring(), slot->ring_dev(), &slot->words->released,
-                               &slot->words_dev->released, token, &slot->job_live,
-                               &slot->enqueue_state};
+        const GpuStreamSlot gs{slot->ring(),       slot->ring_dev(),
+                               &slot->words->released, &slot->words_dev->released,
+                               token,              &slot->token,
+                               &slot->job_live,    &slot->enqueue_state};
         auto submit = [c](std::unique_ptr<twohop::Job> job) {
             return twohop::submit_job(c, std::move(job), twohop::stream_done, nullptr, true,
                                       false);
@@ -196,11 +197,11 @@ int twohop_stream_enqueue_multinode(twohop_comm *c, const twohop_userbuf &in,
         bool on_gpu = false;
         const int rc = gpu_stream_posted(c, in, out, count, red, stream, gs, submit, &on_gpu);
         if (rc != TWOHOP_OK) { // this rank cannot take part: the call fails on every rank
-            std::snprintf(why, whylen, "%s", c->poisoned != TWOHOP_OK ? c->failure.c_str()
-                                                                      : twohop::status_reason(rc));
-            twohop::lock_engine(c);
+            twohop::lock_engine(c); // the queued calls end first (their failures are theirs)
             twohop::drain_queue(c);
             twohop::unlock_engine(c);
+            std::snprintf(why, whylen, "%s", c->poisoned != TWOHOP_OK ? c->failure.c_str()
+                                                                      : twohop::status_reason(rc));
             if (c->poisoned == TWOHOP_OK) {
                 c->call_first_seq = c->seq + 1;
                 c->fail(rc, why);
@@ -208,7 +209,6 @@ int twohop_stream_enqueue_multinode(twohop_comm *c, const twohop_userbuf &in,
             return rc;
         }
         if (on_gpu) {
-            slot->token = token;
             gpu_enqueued_count();
             twohop::g_multinode_calls.fetch_add(1, std::memory_order_relaxed);
             return TWOHOP_OK;
