@@ -23,7 +23,6 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -194,7 +193,8 @@ int gpu_enqueue_drain(twohop_comm *c);
  *        ready = s, wait every local ready >= s (every input produced),
  *        the GPU-posted pipeline's start(k) / finish(k) (gpu_posted_pipeline), with the
  *        call's own doorbell ring and gates (`ring`, in the call's host slot),
- *        [hop 3 gathered: wait every local done >= s + nseg - 1], released = token;
+ *        [hop 3 gathered (from one full segment): wait every local done >= s + nseg - 1],
+ *        released = token;
  *   3. otherwise the rounds' sequence number is given back and the caller queues the host
  *      copy (the call's rounds are done: its job does not vote again).
  * It may run only when no call that takes its sequence numbers when it starts is queued on
