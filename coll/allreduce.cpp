@@ -33,6 +33,16 @@ int twohop_comm::poll() {
     return rc;
 }
 
+bool twohop_comm::local_peer_gone() const {
+    for (size_t i = 0; i < local_pids.size(); ++i) {
+        if (local_pids[i] > 0 && kill(static_cast<pid_t>(local_pids[i]), 0) != 0 &&
+            errno == ESRCH) {
+            return true;
+        }
+    }
+    return false;
+}
+
 int twohop_comm::poll_transport() {
     int rc = TWOHOP_OK;
     if (worker) {
@@ -63,12 +73,7 @@ int twohop_comm::poll_transport() {
     const auto now = Clock::now();
     if (now >= next_liveness) {
         next_liveness = now + kLivenessPeriod;
-        for (size_t i = 0; i < local_pids.size(); ++i) {
-            if (local_pids[i] > 0 && kill(static_cast<pid_t>(local_pids[i]), 0) != 0 &&
-                errno == ESRCH) {
-                return TWOHOP_ERR_PEER;
-            }
-        }
+        if (local_peer_gone()) return TWOHOP_ERR_PEER;
         for (const auto &rail : rails) {
             if (rail.right->failed.load(std::memory_order_acquire) ||
                 rail.left->failed.load(std::memory_order_acquire)) {

@@ -214,6 +214,8 @@ struct twohop_comm {
      * callback may make (neither may call back into the MPI library).
      */
     int poll_transport();
+    /* True when a local peer's process is gone (kill(pid, 0) finds no such process). */
+    bool local_peer_gone() const;
     /* Spins (polling every 16 checks) until `flag` reaches `target`; bounded by timeout_s. */
     int wait_for(const std::atomic<uint64_t> &flag, uint64_t target);
     /* Spins (with poll) until every local rank's counter `which` reaches `target`; then fails

@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cerrno>
-#include <csignal>
 #include <cstdio>
 #include <functional>
 #include <cstdlib>
@@ -374,14 +372,8 @@ int wait_all_unlocked(twohop_comm *c, std::atomic<uint64_t> RankFlags::*which,
             }
             c->host.progress();
             const auto now = std::chrono::steady_clock::now();
-            if (spins % 4096 == 0) { // a local peer whose process is gone never publishes
-                for (size_t i = 0; i < c->local_pids.size(); ++i) {
-                    if (c->local_pids[i] > 0 &&
-                        kill(static_cast<pid_t>(c->local_pids[i]), 0) != 0 && errno == ESRCH) {
-                        return TWOHOP_ERR_PEER;
-                    }
-                }
-            }
+            // A local peer whose process is gone never publishes.
+            if (spins % 4096 == 0 && c->local_peer_gone()) return TWOHOP_ERR_PEER;
             if (c->timeout_s > 0 &&
                 std::chrono::duration<double>(now - start).count() > c->timeout_s) {
                 return TWOHOP_ERR_TIMEOUT;
