@@ -126,6 +126,10 @@ std::string validate(const twohop_params &p) {
         return "coll_twohop_posted_batch " + std::to_string(p.posted_batch) +
                " out of range 1..64";
     }
+    if (p.posted_kernel_blocks < 0 || p.posted_kernel_blocks > 64) {
+        return "coll_twohop_posted_kernel_blocks " + std::to_string(p.posted_kernel_blocks) +
+               " out of range 0..64";
+    }
     if (p.post_batch < 1 || p.post_batch > 64) {
         return "coll_twohop_post_batch " + std::to_string(p.post_batch) + " out of range 1..64";
     }
@@ -422,6 +426,7 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
     c->rhd_max_bytes = prm.hop2_rabenseifner_max_bytes;
     c->rhd_min_nodes = prm.hop2_rabenseifner_min_nodes;
     c->posted_batch = prm.posted_batch;
+    c->posted_kernel_blocks = prm.posted_kernel_blocks;
     c->slot_bytes = twohop::ShmLayout::align_up(prm.segment_bytes);
     c->small_bytes = prm.small_msg_bytes;
     c->stream_bytes = prm.stream_copy_bytes;

@@ -128,6 +128,7 @@ struct twohop_comm {
     uint64_t stream_on_device_min = 0;     // coll_twohop_enqueue_on_device_min_bytes
     bool vnode_shm = false;                // coll_twohop_vnode_shm_transport (agreed)
     int posted_batch = 1;                  // coll_twohop_posted_batch
+    int posted_kernel_blocks = 0;          // coll_twohop_posted_kernel_blocks (0: stream ops)
     std::vector<const twohop::ucx::Endpoint *> rd_peers;
     std::vector<twohop::RdOp> rds;
     std::vector<char> scratch;             // one slot_bytes block per ring

@@ -14,6 +14,7 @@
 #include "comm_state.h"
 #include "cuda_driver.h"
 #include "gpu_kernel_list.h"
+#include "posted_call.h"
 #include "posted_job.h"
 #include "proxy.h"
 #include "segment_plan.h"
@@ -49,6 +50,15 @@ const char *kernel_name(twohop_dtype t, twohop_op op) {
     if (t == D && op == TWOHOP_OP_##OP) return "th_rb_" #D "_" #OP;
     TWOHOP_GPU_KERNELS(TWOHOP_NAME_ENTRY)
 #undef TWOHOP_NAME_ENTRY
+    return nullptr;
+}
+
+/* The GPU-posted call kernel of (t, op) (posted_call.h), or nullptr. */
+const char *call_kernel_name(twohop_dtype t, twohop_op op) {
+#define TWOHOP_CALL_NAME_ENTRY(D, T, OP, F)                                                    \
+    if (t == D && op == TWOHOP_OP_##OP) return "th_call_" #D "_" #OP;
+    TWOHOP_GPU_KERNELS(TWOHOP_CALL_NAME_ENTRY)
+#undef TWOHOP_CALL_NAME_ENTRY
     return nullptr;
 }
 
@@ -229,6 +239,7 @@ void GpuHop1::release_segment() {
 
 GpuHop1::~GpuHop1() {
     release_segment(); // a failed call's work ends before the segment is unmapped
+    for (auto &dc : call_counters) cuda::device_free(dc.first, dc.second);
     if (ring) {
         cuda::host_unregister(ring_device, ring);
         std::free(ring);
@@ -696,6 +707,51 @@ bool ensure_ring(twohop_comm *c, int device) {
     return true;
 }
 
+/* Arrival-counter regions of GPU-posted call kernels (posted_call.h) per device: one per
+ * stream slot (GpuStreamSlot::index) and the last for the blocking form. A region serves one
+ * call at a time: a slot's next call starts after the previous one's stream released it, and
+ * blocking calls run one at a time. */
+constexpr int kCounterRegions = static_cast<int>(twohop::StreamSlots::kMax) + 1;
+constexpr int kBlockingCounters = kCounterRegions - 1;
+constexpr size_t kCounterWords = 3 * twohop::PostedCallArgs::kMaxSets;
+
+/* Region `index` of the call kernels' counters on `device`, allocated and zeroed on first
+ * use; nullptr on a driver error. */
+unsigned long long *call_counters(twohop_comm *c, int device, int index) {
+    GpuHop1 &h = c->gpu_hop1;
+    auto it = h.call_counters.find(device);
+    if (it == h.call_counters.end()) {
+        const size_t bytes = kCounterRegions * kCounterWords * sizeof(unsigned long long);
+        void *p = cuda::device_alloc(device, bytes);
+        if (p == nullptr) return nullptr;
+        if (!cuda::zero_device(device, p, bytes)) {
+            cuda::device_free(device, p);
+            return nullptr;
+        }
+        it = h.call_counters.emplace(device, static_cast<unsigned long long *>(p)).first;
+    }
+    return it->second + static_cast<size_t>(index) * kCounterWords;
+}
+
+/* Thread blocks of this call's GPU-posted kernel (posted_call.h) on `device`, or 0 when the
+ * call runs as stream operations per segment: coll_twohop_posted_kernel_blocks is 0, the
+ * node is larger than the kernel's argument holds, or the kernel cannot be loaded. The two
+ * forms write the same flags and descriptors, so this is each rank's own choice. Loads the
+ * kernel now (on the calling thread, never lazily at a launch). */
+int call_kernel_blocks(twohop_comm *c, const twohop_reduction &red, int device) {
+    using twohop::PostedCallArgs;
+    if (c->posted_kernel_blocks <= 0) return 0;
+    if (c->topo.local_size() > PostedCallArgs::kMaxRanks ||
+        c->topo.n_shards() > PostedCallArgs::kMaxRanks ||
+        c->my_shards.size() > size_t(PostedCallArgs::kMaxRanks) ||
+        c->depth > PostedCallArgs::kMaxSets) {
+        return 0;
+    }
+    const char *name = call_kernel_name(red.dtype, red.op);
+    if (name == nullptr || !cuda::preload(device, name)) return 0;
+    return c->posted_kernel_blocks;
+}
+
 } // namespace
 
 extern "C" const unsigned long long *twohop_gpu_posted_calls_counter(void) {
@@ -799,6 +855,48 @@ struct PostedSchedule {
         ok = ok && cuda::write_flag(dev, stream, flag_addr(c, me, &RankFlags::done), s);
     }
 
+    /* The whole call as one kernel of `blocks` blocks instead of start/finish/tail
+     * (posted_call.h); `counters`: the call's arrival counters (call_counters). */
+    void call(unsigned long long *counters, int blocks) {
+        GpuHop1 &h = c->gpu_hop1;
+        const int L = c->topo.local_size();
+        const int me = c->topo.local_rank;
+        twohop::PostedCallArgs a;
+        std::memset(&a, 0, sizeof(a));
+        a.ring = ring_dev;
+        for (int l = 0; l < L; ++l) {
+            a.in[l] = h.in[l];
+            a.out[l] = l == me ? out : h.out[l];
+            a.gathered[l] = static_cast<uint64_t *>(flag_addr(c, l, &RankFlags::gathered));
+            a.done[l] = static_cast<uint64_t *>(flag_addr(c, l, &RankFlags::done));
+        }
+        for (int set = 0; set < c->depth; ++set) {
+            a.result[set] = h.shm_dev + (c->shm.result(set) - h.shm_host);
+        }
+        a.counters = counters;
+        a.s0 = s0;
+        a.nseg = nseg;
+        a.count = count;
+        a.seg_items = seg_items;
+        a.item_bytes = red.item_bytes;
+        a.elems_per_item = red.elems_per_item;
+        a.timeout_ns = c->timeout_s > 0 ? static_cast<uint64_t>(c->timeout_s * 1e9) : 0;
+        a.local_size = L;
+        a.me = me;
+        a.depth = c->depth;
+        a.shards = static_cast<int32_t>(shards());
+        a.n_mine = static_cast<int32_t>(c->my_shards.size());
+        a.gather = h.gather ? 1 : 0;
+        a.vec_ok = h.one_device ? 1 : 0;
+        a.batch = c->posted_batch;
+        for (size_t i = 0; i < c->my_shards.size(); ++i) a.mine[i] = c->my_shards[i];
+        for (int sh = 0; sh < a.shards; ++sh) {
+            a.owner[sh] = c->topo.shard_owner(c->topo.my_node, sh);
+        }
+        ok = ok && cuda::launch_grid(h.device, call_kernel_name(red.dtype, red.op), &a,
+                                     sizeof(a), static_cast<unsigned>(blocks), 512, stream);
+    }
+
     /* After start(nseg - 1): the last finishes; with hop 3 gathered, the wait for the peers
      * that still copy from this rank's receive buffer. */
     void tail() {
@@ -837,7 +935,14 @@ class RingBackend : public twohop::PostedBackend {
             }
         }
     }
-    int progress() override { return c_->poll_transport(); }
+    int progress() override {
+        if (__atomic_load_n(&ring_->fault, __ATOMIC_ACQUIRE) == 1) { // the call kernel's wait
+            c_->host.log(1, "GPU-posted call: a wait of the call's kernel outlasted "
+                            "coll_twohop_timeout");
+            return TWOHOP_ERR_TIMEOUT;
+        }
+        return c_->poll_transport();
+    }
     int post(const twohop::PostDesc &d) override {
         const uint64_t shards = static_cast<uint64_t>(c_->topo.n_shards());
         const uint64_t ib = reducer_.item_bytes();
@@ -902,6 +1007,8 @@ class RingBackend : public twohop::PostedBackend {
 /* Every wait of a GPU-posted call's stream released: the local ranks' flags and the call's
  * gates set past any sequence (the communicator is unusable afterwards). Host writes only. */
 void release_posted(twohop_comm *c, twohop::DoorbellRing *ring) {
+    uint64_t none = 0; // a GPU timeout (1) stays what it is
+    __atomic_compare_exchange_n(&ring->fault, &none, 2, false, __ATOMIC_RELEASE, __ATOMIC_RELAXED);
     release_gpu_waits(c);
     twohop::open_gate(&ring->gate_start, uint64_t(1) << 62);
     twohop::open_gate(&ring->gate_finish, uint64_t(1) << 62);
@@ -931,6 +1038,11 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
     // a gate that only the proxy opens (with the whole call enqueued first, hundreds of
     // segments filled it).
     PostedSchedule sched{c, nullptr, h.ring_dev, s0, count, seg_items, nseg, red, out.device};
+    // One kernel for the whole call (posted_call.h) when this rank uses it.
+    const int kernel_blocks = call_kernel_blocks(c, red, dev);
+    unsigned long long *counters =
+        kernel_blocks > 0 ? call_counters(c, dev, kBlockingCounters) : nullptr;
+    if (kernel_blocks > 0 && counters == nullptr) sched.ok = false;
     const uint64_t window = depth > kPostedWindow ? depth : kPostedWindow;
     uint64_t next_k = 0;                  // next segment to start (this thread only)
     std::atomic<bool> enqueued_all{false}; // the `drained` write after the last operation is enqueued
@@ -940,13 +1052,17 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
         return r > s0 ? r - s0 : 0;
     };
     auto enqueue_more = [&]() -> bool {
+        if (kernel_blocks > 0 && next_k == 0) {
+            sched.call(counters, kernel_blocks);
+            next_k = nseg;
+        }
         while (sched.ok && next_k < nseg && next_k < results() + window) {
             if (next_k >= depth) sched.finish(next_k - depth);
             sched.start(next_k);
             ++next_k;
         }
         if (sched.ok && next_k == nseg) {
-            sched.tail();
+            if (kernel_blocks == 0) sched.tail();
             sched.ok = sched.ok && cuda::write_flag(dev, nullptr, &h.ring_dev->drained, 1);
             if (sched.ok) enqueued_all.store(true, std::memory_order_release);
         }
@@ -990,8 +1106,9 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
     if (c->verbose >= 3) {
         char msg[200];
         std::snprintf(msg, sizeof(msg),
-                      "GPU-posted call: %llu segments, %llu doorbells seen by the proxy",
-                      static_cast<unsigned long long>(nseg), static_cast<unsigned long long>(bells));
+                      "GPU-posted call: %llu segments, %llu doorbells seen by the proxy, %s",
+                      static_cast<unsigned long long>(nseg), static_cast<unsigned long long>(bells),
+                      kernel_blocks > 0 ? "one kernel" : "stream operations per segment");
         c->host.log(3, msg);
     }
     return TWOHOP_OK;
@@ -1203,6 +1320,14 @@ int gpu_stream_posted(twohop_comm *c, const twohop_userbuf &in, const twohop_use
     const auto t_rounds = std::chrono::steady_clock::now();
     h.active = false; // this call's pipeline is the stream's, not a host job's
     (void)decline(c, s);
+    // One kernel for the call's GPU side (posted_call.h) when this rank uses it.
+    const int kernel_blocks = call_kernel_blocks(c, red, device);
+    unsigned long long *counters =
+        kernel_blocks > 0 ? call_counters(c, device, slot.index) : nullptr;
+    if (kernel_blocks > 0 && counters == nullptr) {
+        return failed(gpu_error(c, "allocating the call kernel's counters failed on local rank",
+                                me));
+    }
 
     // 2. The call's sequence numbers, its ring, its job (queued before the stream may wait on
     // it), then the stream's half.
@@ -1227,12 +1352,16 @@ int gpu_stream_posted(twohop_comm *c, const twohop_userbuf &in, const twohop_use
             sched.ok = cuda::wait_flag(device, st, flag_addr(c, l, &RankFlags::ready), s0 + 1);
         }
     }
-    const uint64_t depth = static_cast<uint64_t>(c->depth);
-    for (uint64_t k = 0; sched.ok && k < nseg; ++k) {
-        if (k >= depth) sched.finish(k - depth);
-        sched.start(k);
+    if (kernel_blocks > 0) {
+        sched.call(counters, kernel_blocks);
+    } else {
+        const uint64_t depth = static_cast<uint64_t>(c->depth);
+        for (uint64_t k = 0; sched.ok && k < nseg; ++k) {
+            if (k >= depth) sched.finish(k - depth);
+            sched.start(k);
+        }
+        sched.tail();
     }
-    sched.tail();
     sched.ok = sched.ok && cuda::write_flag(device, st, slot.released_dev, slot.token);
     const bool gathered = h.gather;
     h.gather = false;
@@ -1245,12 +1374,13 @@ int gpu_stream_posted(twohop_comm *c, const twohop_userbuf &in, const twohop_use
     *on_gpu = true;
     if (c->verbose >= 3) {
         const auto t_end = std::chrono::steady_clock::now();
-        char msg[240];
+        char msg[320];
         std::snprintf(msg, sizeof(msg),
                       "stream-ordered call on the device buffers: %llu B, %llu segments "
-                      "GPU-posted on the application's stream%s; rounds %.1f us, enqueue "
+                      "GPU-posted on the application's stream (%s)%s; rounds %.1f us, enqueue "
                       "%.1f us", static_cast<unsigned long long>(bytes),
                       static_cast<unsigned long long>(nseg),
+                      kernel_blocks > 0 ? "one kernel" : "stream operations per segment",
                       gathered ? ", hop 3 gathered on the GPU" : "",
                       std::chrono::duration<double, std::micro>(t_rounds - t_start).count(),
                       std::chrono::duration<double, std::micro>(t_end - t_rounds).count());

@@ -22,6 +22,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -112,6 +113,9 @@ struct GpuHop1 {
     twohop::DoorbellRing *ring = nullptr;
     twohop::DoorbellRing *ring_dev = nullptr;
     int ring_device = -1;
+    // The arrival counters of GPU-posted call kernels (posted_call.h), per device: one region
+    // per stream slot and one for the blocking form, kept until the communicator ends.
+    std::map<int, unsigned long long *> call_counters;
     /* Waits (spinning) until the work enqueued on twohop's own stream has completed. */
     void settle();
     /* settle(), then drops the segment's registration with the driver (before the segment is
@@ -212,6 +216,7 @@ struct GpuStreamSlot {
     uint64_t *slot_token;           // the slot's token: set to `token` once the stream uses it
     std::atomic<bool> *job_live;    // set while the call's job exists (the slot stays in use)
     std::atomic<int> *enqueue_state; // 0 enqueueing, 1 enqueued, -1 enqueueing failed
+    int index;                      // the slot's place among the communicator's (0 .. 6)
 };
 int gpu_stream_posted(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out,
                       uint64_t count, const twohop_reduction &red, void *stream,

@@ -28,6 +28,14 @@
 #          256 MiB call, a verbose-3 proof that it ran, then device buffers CPU-/GPU-posted with
 #          it off and on, and host buffers, 4 and 8 ranks, hop 2 over UCX shared memory
 #          (GATHER_MAX: largest size, default 256 MiB).
+#   callkernel: one kernel per GPU-posted call (coll_twohop_posted_kernel_blocks) on two
+#          virtual nodes, hop 2 over UCX shared memory: the device matrix GPU-posted at 4 and 8
+#          ranks (and at 4 without gathering), GPU-posted calls of 256 MiB and 1 GiB,
+#          enqueue_allreduce's cases on the device buffers at 4 and 8 ranks, verbose-3 proof
+#          that the kernel ran, then device buffers CPU-posted against GPU-posted with the
+#          kernel and with stream operations (device_allreduce bench, 4 and 8 ranks), and the
+#          stream-ordered size table with the kernel and without (CALL_MAX: largest size,
+#          default 64 MiB).
 #   small8: 8 ranks on one GPU, 8 B - 2 KiB swept three times in one run, and the phases of
 #          8 B calls alone.
 #   formsbench: the timings of mode forms only (forms_bench at 8 and 16 ranks; with OMB_DIR
@@ -358,6 +366,77 @@ if [[ $mode == half ]]; then
             >"$out/half_bench_np8${dev:+_device}.txt" 2>&1 || status=1
         echo "== half precision against float, 8 ranks, ${dev:+device}${dev:-host} buffers"
         grep -E "^#|^[0-9e]" "$out/half_bench_np8${dev:+_device}.txt"
+    done
+    echo "================ gpu_check summary"
+    printf '%s\n' "${summary[@]}"
+    exit $status
+fi
+if [[ $mode == callkernel ]]; then
+    shm=(bash -c 'OMPI_MCA_coll_twohop_vnode_shm_transport=1 exec "$@"' _)
+    export STACKS_ON_HANG=1
+    # A hang turns into a failure: every wait of the kernel and the host is bounded.
+    for cfg in "4 1" "8 1" "4 0"; do
+        read -r np g <<<"$cfg"
+        RUN_MCA="coll_twohop_gpu_posted=1 coll_twohop_gpu_hop3_gather=$g coll_twohop_timeout=30" \
+            check np${np}_rr2_posted_kernel_gather$g $np rr:2 0
+    done
+    for big in 268435456 1073741824; do
+        t0=$SECONDS
+        if RUN_MCA="coll_twohop_gpu_posted=1 coll_twohop_timeout=60" run 4 rr:2 0 -- "${shm[@]}" \
+            "$build/mpi_tests/twohop_osu_allreduce" -d cuda -c -f --expect-twohop -T mpi_float \
+            -m $big:$big -i 2 -x 1 >"$out/kernel_big_$big.txt" 2>&1 &&
+            grep -q "GPU-posted [1-9]" "$out/kernel_big_$big.txt"; then
+            summary+=("PASS GPU-posted kernel $((big >> 20)) MiB np4_rr2 ($((SECONDS - t0)) s): $(grep -E "^$big " "$out/kernel_big_$big.txt" | head -1)")
+        else
+            summary+=("FAIL GPU-posted kernel $((big >> 20)) MiB np4_rr2 ($((SECONDS - t0)) s)")
+            status=1
+            tail -n 5 "$out/kernel_big_$big.txt"
+        fi
+    done
+    for np in 4 8; do
+        t0=$SECONDS
+        if CHECK_VERBOSE=1 RUN_MCA="coll_twohop_enqueue_on_device_min_bytes=0 coll_twohop_timeout=30" \
+            run $np rr:2 0 -- "${shm[@]}" "$build/mpi_tests/enqueue_allreduce" \
+            --expect-enqueued-multinode --expect-on-device >"$out/kernel_enqueue_np$np.log" 2>&1; then
+            summary+=("PASS enqueue kernel np${np}_rr2 ($((SECONDS - t0)) s): $(grep -m1 '^ordering' "$out/kernel_enqueue_np$np.log")")
+        else
+            summary+=("FAIL enqueue kernel np${np}_rr2 ($((SECONDS - t0)) s)")
+            status=1
+            grep -E "FAIL|error|signal" "$out/kernel_enqueue_np$np.log" | head -5
+        fi
+    done
+    RUN_MCA="coll_twohop_verbose=3 coll_twohop_gpu_posted=1" run 4 rr:2 0 -- "${shm[@]}" \
+        "$build/mpi_tests/twohop_osu_allreduce" -d cuda -c -f --expect-twohop -T mpi_float \
+        -m 4194304:16777216 -i 2 -x 1 >"$out/kernel_verbose3.txt" 2>&1 || status=1
+    RUN_MCA="coll_twohop_verbose=3 coll_twohop_enqueue_on_device_min_bytes=0" run 4 rr:2 0 -- \
+        "${shm[@]}" "$build/mpi_tests/allreduce_enqueue" >"$out/kernel_example_v3.log" 2>&1 || status=1
+    n1=$(grep -c "stream operations per segment" "$out/kernel_verbose3.txt" "$out/kernel_example_v3.log" | awk -F: '{s+=$2} END {print s}')
+    n2=$(grep -c "GPU-posted call: .*one kernel" "$out/kernel_verbose3.txt")
+    n3=$(grep -c "application's stream (one kernel)" "$out/kernel_example_v3.log")
+    if ((n2 > 0 && n3 > 0 && n1 == 0)); then
+        summary+=("PASS verbose 3: $n2 blocking and $n3 stream-ordered calls said one kernel")
+    else
+        summary+=("FAIL verbose 3: one kernel $n2 blocking, $n3 stream-ordered; stream operations $n1")
+        status=1
+    fi
+    for np in 4 8; do
+        for cfg in "0 8" "1 8" "1 0"; do
+            read -r p kb <<<"$cfg"
+            RUN_MCA="coll_twohop_gpu_posted=$p coll_twohop_posted_kernel_blocks=$kb" run $np rr:2 0 -- \
+                "${shm[@]}" "$build/mpi_tests/device_allreduce" bench \
+                --max ${CALL_MAX:-67108864} --pinned >"$out/kbench_p${p}_k${kb}_np$np.txt" 2>&1 ||
+                status=1
+            echo "== device buffers, $np ranks, 2 virtual nodes (shm), gpu_posted=$p posted_kernel_blocks=$kb"
+            grep -E "^#|^ +[0-9]" "$out/kbench_p${p}_k${kb}_np$np.txt"
+        done
+        for kb in 8 0; do
+            RUN_MCA="coll_twohop_posted_kernel_blocks=$kb coll_twohop_enqueue_on_device_min_bytes=0" \
+                run $np rr:2 0 -- "${shm[@]}" \
+                "$build/mpi_tests/enqueue_allreduce" sizes --max-bytes ${CALL_MAX:-67108864} \
+                >"$out/kstream_np${np}_k$kb.txt" 2>&1 || status=1
+            echo "== stream-ordered on 2 virtual nodes (shm), $np ranks, posted_kernel_blocks=$kb"
+            grep -E "^#|^[0-9b]" "$out/kstream_np${np}_k$kb.txt"
+        done
     done
     echo "================ gpu_check summary"
     printf '%s\n' "${summary[@]}"

@@ -46,6 +46,7 @@ struct Driver {
     CUresult (*primary_ctx_retain)(CUcontext *, CUdevice);
     CUresult (*stream_synchronize)(CUstream);
     CUresult (*memcpy_async)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+    CUresult (*memset_d8_async)(CUdeviceptr, unsigned char, size_t, CUstream);
     CUresult (*event_create)(CUevent *, unsigned int);
     CUresult (*event_record)(CUevent, CUstream);
     CUresult (*event_query)(CUevent);
@@ -114,6 +115,7 @@ void do_load() {
                sym(h, "cuMemHostUnregister", &g_drv.mem_host_unregister) &&
                sym(h, "cuMemHostGetDevicePointer_v2", &g_drv.mem_host_get_device_pointer) &&
                sym(h, "cuMemcpyAsync", &g_drv.memcpy_async) &&
+               sym(h, "cuMemsetD8Async", &g_drv.memset_d8_async) &&
                sym(h, "cuEventCreate", &g_drv.event_create) &&
                sym(h, "cuEventRecord", &g_drv.event_record) &&
                sym(h, "cuEventQuery", &g_drv.event_query) &&
@@ -475,6 +477,20 @@ bool launch(int device, const char *name, const void *args, std::size_t arg_byte
                                   nullptr, extra), "cuLaunchKernel");
 }
 
+bool launch_grid(int device, const char *name, const void *args, std::size_t arg_bytes,
+                 unsigned blocks, unsigned threads, void *stream) {
+    CtxScope ctx(device);
+    if (!ctx.ok()) return false;
+    CUfunction f = function(device, name);
+    if (f == nullptr) return false;
+    CUstream st = stream ? static_cast<CUstream>(stream) : own_stream(device);
+    if (st == nullptr) return false;
+    void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<void *>(args),
+                     CU_LAUNCH_PARAM_BUFFER_SIZE, &arg_bytes, CU_LAUNCH_PARAM_END};
+    return ok(g_drv.launch_kernel(f, blocks, 1, 1, threads, 1, 1, 0, st, nullptr, extra),
+              "cuLaunchKernel");
+}
+
 bool launch_and_wait(int device, const char *name, const void *args, std::size_t arg_bytes,
                      unsigned long long n) {
     if (!launch(device, name, args, arg_bytes, n)) return false;
@@ -488,10 +504,23 @@ bool launch(int, const char *, const void *, std::size_t, unsigned long long, vo
     return false;
 }
 bool preload(int, const char *) { return false; }
+bool launch_grid(int, const char *, const void *, std::size_t, unsigned, unsigned, void *) {
+    return false;
+}
 bool launch_and_wait(int, const char *, const void *, std::size_t, unsigned long long) {
     return false;
 }
 #endif
+
+bool zero_device(int device, void *p, std::size_t bytes) {
+    CtxScope ctx(device);
+    if (!ctx.ok()) return false;
+    CUstream st = own_stream(device);
+    return st != nullptr &&
+           ok(g_drv.memset_d8_async(reinterpret_cast<CUdeviceptr>(p), 0, bytes, st),
+              "cuMemsetD8Async") &&
+           ok(g_drv.stream_synchronize(st), "cuStreamSynchronize (memset)");
+}
 
 void *device_alloc(int device, std::size_t bytes) {
     CtxScope ctx(device);
@@ -668,6 +697,9 @@ bool launch(int, const char *, const void *, std::size_t, unsigned long long, vo
     return false;
 }
 bool preload(int, const char *) { return false; }
+bool launch_grid(int, const char *, const void *, std::size_t, unsigned, unsigned, void *) {
+    return false;
+}
 bool launch_and_wait(int, const char *, const void *, std::size_t, unsigned long long) {
     return false;
 }
@@ -685,6 +717,7 @@ Fence::~Fence() {}
 bool Fence::record(int, void *) { return false; }
 int Fence::query() const { return -1; }
 void *device_alloc(int, std::size_t) { return nullptr; }
+bool zero_device(int, void *, std::size_t) { return false; }
 const char *last_error() { return "no CUDA support"; }
 void *host_register(int, void *, std::size_t) { return nullptr; }
 void host_unregister(int, void *) {}

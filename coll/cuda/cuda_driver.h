@@ -92,6 +92,10 @@ bool preload(int device, const char *name);
  */
 bool launch(int device, const char *name, const void *args, std::size_t arg_bytes,
             unsigned long long n, void *stream = nullptr);
+/* launch with an explicit grid: `blocks` blocks of `threads` threads (the GPU-posted call
+ * kernel, posted_call.h, whose blocks must all be resident at once). False on a driver error. */
+bool launch_grid(int device, const char *name, const void *args, std::size_t arg_bytes,
+                 unsigned blocks, unsigned threads, void *stream = nullptr);
 /* launch, then waits for twohop's stream on `device`. */
 bool launch_and_wait(int device, const char *name, const void *args, std::size_t arg_bytes,
                      unsigned long long n);
@@ -157,6 +161,9 @@ class Fence {
  */
 void *device_alloc(int device, std::size_t bytes);
 void device_free(int device, void *p);
+/* Sets `bytes` of device memory at p to zero and waits for it, on twohop's own (non-blocking)
+ * stream: no wait for the application's streams. False on a driver error. */
+bool zero_device(int device, void *p, std::size_t bytes);
 
 /*
  * Makes host memory [p, p + bytes) (the node's shared-memory segment) accessible to kernels on

@@ -22,43 +22,62 @@ namespace {
 
 using namespace twohop;
 
-template <typename T, typename Op>
-__device__ __forceinline__ void one(const twohop_gpu_args &a, unsigned long long i) {
-    T v = static_cast<const T *>(a.in[0])[i];
-    for (int l = 1; l < a.nin; ++l) v = Op::apply(v, static_cast<const T *>(a.in[l])[i]);
-    for (int r = 0; r < a.nout; ++r) static_cast<T *>(a.out[r])[i] = v;
+/* Element i: in[0][off + i] op ... op in[nin - 1][off + i] into out[r][i], r < nout. */
+template <typename T, typename Op, typename P>
+__device__ __forceinline__ void one(const P *in, unsigned long long off, int nin,
+                                    void *const *out, int nout, unsigned long long i) {
+    T v = static_cast<const T *>(static_cast<const void *>(in[0]))[off + i];
+    for (int l = 1; l < nin; ++l) {
+        v = Op::apply(v, static_cast<const T *>(static_cast<const void *>(in[l]))[off + i]);
+    }
+    for (int r = 0; r < nout; ++r) static_cast<T *>(out[r])[i] = v;
 }
 
 template <typename T, int V> struct alignas(16) Pack {
     T e[V];
 };
 
-template <typename T, typename Op> __device__ void reduce_bcast(const twohop_gpu_args &a) {
-    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-    const unsigned long long tid = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+/*
+ * n elements in a grid-stride loop (thread `tid` of `stride`): element i combines element
+ * off + i of every input (in rank order) and is written to element i of every output. With
+ * `vec` (every pointer at off has the same offset modulo 16, `head` elements before the first
+ * 16-byte boundary) the body moves 16 bytes per load and store.
+ */
+template <typename T, typename Op, typename P>
+__device__ void reduce_span(const P *in, unsigned long long off, int nin, void *const *out,
+                            int nout, unsigned long long n, int vec, unsigned long long head,
+                            unsigned long long tid, unsigned long long stride) {
     constexpr int V = (sizeof(T) < 16 && 16 % sizeof(T) == 0) ? int(16 / sizeof(T)) : 1;
-    if (V == 1 || !a.vec) {
-        for (unsigned long long i = tid; i < a.n; i += stride) one<T, Op>(a, i);
+    if (V == 1 || !vec) {
+        for (unsigned long long i = tid; i < n; i += stride) one<T, Op>(in, off, nin, out, nout, i);
         return;
     }
-    const unsigned long long head = a.head < a.n ? a.head : a.n;
-    const unsigned long long nvec = (a.n - head) / V;
-    using P = Pack<T, V>;
+    if (head > n) head = n;
+    const unsigned long long nvec = (n - head) / V;
+    using Pk = Pack<T, V>;
     for (unsigned long long j = tid; j < nvec; j += stride) {
         const unsigned long long i = head + j * V;
-        P v = *reinterpret_cast<const P *>(static_cast<const T *>(a.in[0]) + i);
-        for (int l = 1; l < a.nin; ++l) {
-            const P w = *reinterpret_cast<const P *>(static_cast<const T *>(a.in[l]) + i);
+        Pk v = *reinterpret_cast<const Pk *>(
+            static_cast<const T *>(static_cast<const void *>(in[0])) + off + i);
+        for (int l = 1; l < nin; ++l) {
+            const Pk w = *reinterpret_cast<const Pk *>(
+                static_cast<const T *>(static_cast<const void *>(in[l])) + off + i);
 #pragma unroll
             for (int k = 0; k < V; ++k) v.e[k] = Op::apply(v.e[k], w.e[k]);
         }
-        for (int r = 0; r < a.nout; ++r) *reinterpret_cast<P *>(static_cast<T *>(a.out[r]) + i) = v;
+        for (int r = 0; r < nout; ++r) *reinterpret_cast<Pk *>(static_cast<T *>(out[r]) + i) = v;
     }
     // Head and tail, one element at a time.
-    const unsigned long long tail0 = head + nvec * V, scalars = head + (a.n - tail0);
+    const unsigned long long tail0 = head + nvec * V, scalars = head + (n - tail0);
     for (unsigned long long j = tid; j < scalars; j += stride) {
-        one<T, Op>(a, j < head ? j : tail0 + (j - head));
+        one<T, Op>(in, off, nin, out, nout, j < head ? j : tail0 + (j - head));
     }
+}
+
+template <typename T, typename Op> __device__ void reduce_bcast(const twohop_gpu_args &a) {
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    const unsigned long long tid = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    reduce_span<T, Op>(a.in, 0, a.nin, a.out, a.nout, a.n, a.vec, a.head, tid, stride);
 }
 
 } // namespace
@@ -68,6 +87,9 @@ template <typename T, typename Op> __device__ void reduce_bcast(const twohop_gpu
         reduce_bcast<T, F>(a);                                                                 \
     }
 TWOHOP_GPU_KERNELS(TWOHOP_DEFINE_KERNEL)
+
+// One kernel per GPU-posted call (posted_call.h), th_call_<type>_<op>.
+#include "gpu_call.cuh"
 
 /*
  * GPU-posted operations: after a segment's hop-1 kernel (stream order), one thread writes the

@@ -11,6 +11,13 @@
 
 #include <cstdint>
 
+/* The helpers device code uses too (the GPU-posted call kernel, posted_call.h). */
+#ifdef __CUDACC__
+#define TWOHOP_HOST_DEVICE __host__ __device__
+#else
+#define TWOHOP_HOST_DEVICE
+#endif
+
 namespace twohop {
 
 /* A half-open range [offset, offset + count) in items. */
@@ -23,7 +30,7 @@ struct Range {
  * Balanced split of `total` items into `parts` pieces: the first total % parts pieces get
  * one item more. Piece `i` (0 <= i < parts) is returned. parts must be >= 1.
  */
-inline Range split_even(uint64_t total, uint64_t parts, uint64_t i) {
+TWOHOP_HOST_DEVICE inline Range split_even(uint64_t total, uint64_t parts, uint64_t i) {
     const uint64_t base = total / parts;
     const uint64_t rem = total % parts;
     const uint64_t extra = i < rem ? i : rem;
@@ -47,7 +54,7 @@ inline uint64_t segment_count(uint64_t count, uint64_t seg_items) {
 }
 
 /* Segment `k` of a message of `count` items cut into segments of `seg_items`. */
-inline Range segment_range(uint64_t count, uint64_t seg_items, uint64_t k) {
+TWOHOP_HOST_DEVICE inline Range segment_range(uint64_t count, uint64_t seg_items, uint64_t k) {
     const uint64_t off = k * seg_items;
     const uint64_t left = count - off;
     return Range{off, left < seg_items ? left : seg_items};

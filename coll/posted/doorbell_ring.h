@@ -50,10 +50,15 @@ struct DoorbellRing {
     // end of the GPU's work here instead of through a CUDA call (the proxy thread makes none).
     uint64_t drained;
     uint64_t pad4[7];
+    // Non-zero: the call failed. Set by the GPU (1: a wait of the call's kernel timed out,
+    // posted_call.h) or by the host (2: the call was abandoned, release_posted); the kernel's
+    // waits end when they see it.
+    uint64_t fault;
+    uint64_t pad5[7];
     PostDesc slot[kSlots];
 };
 static_assert(sizeof(PostDesc) == 16, "descriptor layout shared with device code");
-static_assert(sizeof(DoorbellRing) == 320 + 16 * DoorbellRing::kSlots, "ring layout");
+static_assert(sizeof(DoorbellRing) == 384 + 16 * DoorbellRing::kSlots, "ring layout");
 
 /* The argument of the device producer th_post (gpu_kernels.cu): writes descriptor `index`
  * (`desc`) into the ring at `ring` (its device address) and, when ring_bell, publishes every
@@ -104,6 +109,7 @@ inline void reset(DoorbellRing *r) {
     __atomic_store_n(&r->gate_start, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&r->gate_finish, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&r->drained, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&r->fault, 0, __ATOMIC_RELAXED);
 }
 
 /* Consumer: opens gate `g` (gate_start or gate_finish) up to `value` (monotonic). */

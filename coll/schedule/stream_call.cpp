@@ -105,6 +105,7 @@ StreamSlot *StreamSlots::acquire(int device, uint64_t bytes, double timeout_s, b
             }
             s->words = static_cast<StreamWords *>(w);
             s->device = device;
+            s->index = static_cast<int>(slots_.size());
             slots_.push_back(s);
             best = s;
         }
@@ -189,7 +190,8 @@ int twohop_stream_enqueue_multinode(twohop_comm *c, const twohop_userbuf &in,
         const GpuStreamSlot gs{slot->ring(),       slot->ring_dev(),
                                &slot->words->released, &slot->words_dev->released,
                                token,              &slot->token,
-                               &slot->job_live,    &slot->enqueue_state};
+                               &slot->job_live,    &slot->enqueue_state,
+                               slot->index};
         auto submit = [c](std::unique_ptr<twohop::Job> job) {
             return twohop::submit_job(c, std::move(job), twohop::stream_done, nullptr, true,
                                       false);

@@ -27,6 +27,7 @@ struct StreamSlot {
     StreamWords *words_dev = nullptr; // their device address
     int device = -1;            // the device whose context registered them
     uint64_t token = 0;         // the last call that used the slot (0: none yet)
+    int index = 0;              // its place in StreamSlots (0 .. kMax - 1)
     // A call on the device buffers (gpu_stream_posted) keeps its doorbell ring and gates in
     // the words' page, after the words; its job lives until it has read them for the last time.
     std::atomic<bool> job_live{false};

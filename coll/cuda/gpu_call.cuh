@@ -1,0 +1,227 @@
+/*
+ * The GPU side of a GPU-posted call in one kernel (posted_call.h has the protocol): device
+ * code only, included by gpu_kernels.cu (one fat binary), which instantiates
+ * th_call_<type>_<op> for every (type, op) pair of gpu_kernel_list.h.
+ *
+ * Memory model: words the host or other processes write (gates, peers' flags, the fault word)
+ * are read with ld.acquire.sys; data in host memory or in peers' buffers written after this
+ * kernel started is read with ld.cv (no stale cached line); what this kernel publishes is
+ * fenced system-wide (__threadfence_system) by every block before its arrival, and by the last
+ * block again before the word that announces it (PTX ISA, "Memory Consistency Model":
+ * cumulative fences order the other blocks' writes, observed through the counter, before it).
+ */
+#ifndef TWOHOP_GPU_CALL_CUH
+#define TWOHOP_GPU_CALL_CUH
+
+#include <cstdint>
+
+#include "posted_call.h"
+#include "segment_plan.h"
+
+namespace {
+
+using twohop::PostedCallArgs;
+
+__device__ __forceinline__ unsigned long long ld_acquire_sys(const void *p) {
+    unsigned long long v;
+    asm volatile("ld.acquire.sys.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void st_release_sys(void *p, unsigned long long v) {
+    asm volatile("st.release.sys.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+__device__ __forceinline__ unsigned long long now_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+/* One thread: spins until (int64_t)(*w - v) >= 0. False when the call failed meanwhile (the
+ * ring's fault word) or the wait outlasted the timeout (then it sets fault = 1). */
+__device__ bool spin_until(const PostedCallArgs &a, const uint64_t *w, uint64_t v) {
+    const unsigned long long t0 = now_ns();
+    for (unsigned n = 0;; ++n) {
+        if (static_cast<long long>(ld_acquire_sys(w) - v) >= 0) return true;
+        if ((n & 15) == 15) {
+            if (ld_acquire_sys(&a.ring->fault) != 0) return false;
+            if (a.timeout_ns != 0 && now_ns() - t0 > a.timeout_ns) {
+                st_release_sys(&a.ring->fault, 1);
+                return false;
+            }
+        }
+        __nanosleep(128);
+    }
+}
+
+/* The whole block waits for one word (thread 0 spins); the same answer in every thread. */
+__device__ bool block_wait(const PostedCallArgs &a, const uint64_t *w, uint64_t v) {
+    __shared__ int ok;
+    __syncthreads(); // every thread read the previous answer
+    if (threadIdx.x == 0) ok = spin_until(a, w, v) ? 1 : 0;
+    __syncthreads();
+    return ok != 0;
+}
+
+/*
+ * The block has finished step `event` (0 hop 1, 1 own shards gathered, 2 segment done) of a
+ * segment in buffer set `set`, its `use`-th use in this call. True (in every thread) for the
+ * block that arrives last, which then publishes the step. The counter's high half holds the
+ * call's tag (the low half of its first sequence number), so a counter left by an earlier
+ * call counts from zero again without a reset.
+ */
+__device__ bool arrive(const PostedCallArgs &a, int event, int set, uint64_t use) {
+    __shared__ int last;
+    __syncthreads(); // every thread's writes of the step are done
+    if (threadIdx.x == 0) {
+        __threadfence_system();
+        unsigned long long *ctr = a.counters + event * PostedCallArgs::kMaxSets + set;
+        const unsigned long long tag = (a.s0 + 1) & 0xffffffffull;
+        const unsigned long long target = (use + 1) * gridDim.x;
+        unsigned long long cur = *reinterpret_cast<volatile unsigned long long *>(ctr);
+        unsigned long long seen, next;
+        do {
+            seen = cur;
+            next = (seen >> 32) == tag ? seen + 1 : (tag << 32) | 1ull;
+            cur = atomicCAS(ctr, seen, next);
+        } while (cur != seen);
+        last = (next & 0xffffffffull) == target ? 1 : 0;
+        if (last) __threadfence_system();
+    }
+    __syncthreads();
+    return last != 0;
+}
+
+/* Copies n bytes, 16 at a time where source and destination share their alignment; loads
+ * with ld.cv (host memory written by the proxy, peers' buffers written after the launch). */
+__device__ void copy_span(char *dst, const char *src, unsigned long long n, unsigned long long tid,
+                          unsigned long long stride) {
+    const uintptr_t d = reinterpret_cast<uintptr_t>(dst), s = reinterpret_cast<uintptr_t>(src);
+    unsigned long long head = n, nvec = 0;
+    if (((d ^ s) & 15) == 0) {
+        head = (16 - (d & 15)) & 15;
+        if (head > n) head = n;
+        nvec = (n - head) / 16;
+    }
+    const uint4 *sv = reinterpret_cast<const uint4 *>(src + head);
+    uint4 *dv = reinterpret_cast<uint4 *>(dst + head);
+    for (unsigned long long j = tid; j < nvec; j += stride) dv[j] = __ldcv(sv + j);
+    const unsigned long long tail0 = head + nvec * 16, scalars = head + (n - tail0);
+    const unsigned char *sb = reinterpret_cast<const unsigned char *>(src);
+    unsigned char *db = reinterpret_cast<unsigned char *>(dst);
+    for (unsigned long long j = tid; j < scalars; j += stride) {
+        const unsigned long long i = j < head ? j : tail0 + (j - head);
+        db[i] = __ldcv(sb + i);
+    }
+}
+
+/* Hop 1 of segment k: this rank's shards from every local input into the set's result. */
+template <typename T, typename Op>
+__device__ bool call_start(const PostedCallArgs &a, uint64_t k, unsigned long long tid,
+                           unsigned long long stride) {
+    const uint64_t s = a.s0 + 1 + k;
+    const int set = static_cast<int>(s % static_cast<uint64_t>(a.depth));
+    if (!block_wait(a, &a.ring->gate_start, k + 1)) return false;
+    const twohop::Range seg = twohop::segment_range(a.count, a.seg_items, k);
+    for (int i = 0; i < a.n_mine; ++i) {
+        const twohop::Range r =
+            twohop::split_even(seg.count, static_cast<uint64_t>(a.shards),
+                               static_cast<uint64_t>(a.mine[i]));
+        if (r.count == 0) continue;
+        const unsigned long long off = (seg.offset + r.offset) * a.item_bytes / sizeof(T);
+        char *dst = a.result[set] + r.offset * a.item_bytes;
+        const unsigned long long n = r.count * a.elems_per_item;
+        int vec = 0;
+        unsigned long long head = 0;
+        if (a.vec_ok) {
+            const uintptr_t mis = reinterpret_cast<uintptr_t>(dst) % 16;
+            vec = mis % sizeof(T) == 0 ? 1 : 0;
+            for (int l = 0; vec && l < a.local_size; ++l) {
+                vec = reinterpret_cast<uintptr_t>(
+                          reinterpret_cast<const T *>(a.in[l]) + off) % 16 == mis;
+            }
+            head = ((16 - mis) % 16) / sizeof(T);
+        }
+        void *outs[1] = {dst};
+        reduce_span<T, Op>(a.in, off, a.local_size, outs, 1, n, vec, head, tid, stride);
+    }
+    if (arrive(a, 0, set, k / static_cast<uint64_t>(a.depth)) && threadIdx.x == 0) {
+        const bool last = k + 1 == a.nseg;
+        a.ring->slot[k % twohop::DoorbellRing::kSlots] =
+            twohop::PostDesc{s, static_cast<uint32_t>(k), last ? 1u : 0u};
+        if ((k + 1) % static_cast<uint64_t>(a.batch) == 0 || last) {
+            __threadfence_system();
+            st_release_sys(&a.ring->doorbell, k + 1);
+        }
+    }
+    return true;
+}
+
+/* Hop 3 of segment k, then `done`. */
+__device__ bool call_finish(const PostedCallArgs &a, uint64_t k, unsigned long long tid,
+                            unsigned long long stride) {
+    const uint64_t s = a.s0 + 1 + k;
+    const int set = static_cast<int>(s % static_cast<uint64_t>(a.depth));
+    const uint64_t use = k / static_cast<uint64_t>(a.depth);
+    const uint64_t ib = a.item_bytes;
+    if (!block_wait(a, &a.ring->gate_finish, k + 1)) return false;
+    const twohop::Range seg = twohop::segment_range(a.count, a.seg_items, k);
+    char *out = a.out[a.me];
+    if (!a.gather) {
+        copy_span(out + seg.offset * ib, a.result[set], seg.count * ib, tid, stride);
+    } else {
+        for (int i = 0; i < a.n_mine; ++i) {
+            const twohop::Range r =
+                twohop::split_even(seg.count, static_cast<uint64_t>(a.shards),
+                                   static_cast<uint64_t>(a.mine[i]));
+            copy_span(out + (seg.offset + r.offset) * ib, a.result[set] + r.offset * ib,
+                      r.count * ib, tid, stride);
+        }
+        if (arrive(a, 1, set, use) && threadIdx.x == 0) st_release_sys(a.gathered[a.me], s);
+        const int first = a.n_mine > 0 ? a.mine[0] : 0;
+        for (int j = 0; j < a.shards; ++j) {
+            const int sh = (first + j) % a.shards;
+            const int o = a.owner[sh];
+            if (o == a.me) continue;
+            const twohop::Range r = twohop::split_even(
+                seg.count, static_cast<uint64_t>(a.shards), static_cast<uint64_t>(sh));
+            if (r.count == 0) continue;
+            if (!block_wait(a, a.gathered[o], s)) return false;
+            const uint64_t off = (seg.offset + r.offset) * ib;
+            copy_span(out + off, a.out[o] + off, r.count * ib, tid, stride);
+        }
+    }
+    if (arrive(a, 2, set, use) && threadIdx.x == 0) st_release_sys(a.done[a.me], s);
+    return true;
+}
+
+template <typename T, typename Op> __device__ void posted_call(const PostedCallArgs &a) {
+    const unsigned long long stride = static_cast<unsigned long long>(gridDim.x) * blockDim.x;
+    const unsigned long long tid =
+        static_cast<unsigned long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+    const uint64_t depth = static_cast<uint64_t>(a.depth);
+    for (uint64_t k = 0; k < a.nseg; ++k) {
+        if (k >= depth && !call_finish(a, k - depth, tid, stride)) return;
+        if (!call_start<T, Op>(a, k, tid, stride)) return;
+    }
+    for (uint64_t k = a.nseg > depth ? a.nseg - depth : 0; k < a.nseg; ++k) {
+        if (!call_finish(a, k, tid, stride)) return;
+    }
+    if (a.gather && blockIdx.x == 0 && threadIdx.x == 0) {
+        for (int l = 0; l < a.local_size; ++l) {
+            if (l != a.me && !spin_until(a, a.done[l], a.s0 + a.nseg)) return;
+        }
+    }
+}
+
+} // namespace
+
+#define TWOHOP_DEFINE_CALL_KERNEL(D, T, OP, F)                                                 \
+    extern "C" __global__ void __launch_bounds__(512)                                          \
+        th_call_##D##_##OP(const __grid_constant__ twohop::PostedCallArgs a) {                 \
+        posted_call<T, F>(a);                                                                  \
+    }
+TWOHOP_GPU_KERNELS(TWOHOP_DEFINE_CALL_KERNEL)
+
+#endif

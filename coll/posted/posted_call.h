@@ -1,0 +1,72 @@
+/*
+ * One kernel per GPU-posted call (coll_twohop_posted_kernel_blocks > 0): the whole GPU side of
+ * a multi-node call whose hop 1 and hop 3 run on the GPU, in a single launch instead of a
+ * chain of stream operations per segment (the chain grows with the message: about 3 + shards
+ * operations per segment, each a few microseconds of the enqueueing thread, and a long call
+ * could fill the stream's queue). The kernel (th_call_<type>_<op>, gpu_call.cuh) runs the
+ * CPU-posted pipeline's order, start(0) .. start(depth - 1), finish(0), start(depth), ...:
+ *
+ *   start(k)   wait gate_start > k (the proxy opened the segment's buffer set), reduce this
+ *              rank's shards of segment k from every local input into the set's result buffer
+ *              (host shared memory, written over PCIe), then descriptor k into the ring and,
+ *              every posted_batch segments and at the last, the doorbell
+ *   finish(k)  wait gate_finish > k (every shard's hop-2 result on the node is published),
+ *              copy the segment into the receive buffer (hop 3: the whole segment from host
+ *              memory, or gathered: my own shards from host memory, `gathered` = s, then every
+ *              other shard from its owner's receive buffer once the owner's `gathered` >= s),
+ *              then `done` = s
+ *   tail       with gathering: wait until every local rank's done >= the last sequence number
+ *              (peers copy from this rank's receive buffer until then)
+ *
+ * The blocks of the grid split every reduction and copy; the block that finishes a step last
+ * (an arrival counter per step and buffer set in device memory, `counters`) publishes it
+ * (descriptor and doorbell, `gathered`, `done`) after a system-scope fence, so the host and
+ * the local peers see the data before the word. Waits are spins of one thread per block on
+ * host-mapped words; each is bounded by `timeout_ns` (0: none) and ends when the host sets
+ * the ring's `fault` word (a failed call). A wait that times out sets `fault` = 1 itself; the
+ * blocks then leave the kernel and the proxy's job reports the failure.
+ *
+ * Every block must be resident at once (a block waits for words that other blocks of the
+ * grid write): the grid is small (coll_twohop_posted_kernel_blocks, at most 64 blocks) next
+ * to the GPU's multiprocessors, the same assumption as NCCL's persistent kernels.
+ *
+ * Plain data shared by the host (gpu_node.cpp fills it) and the device; passed by value.
+ */
+#ifndef TWOHOP_POSTED_CALL_H
+#define TWOHOP_POSTED_CALL_H
+
+#include <cstdint>
+
+#include "doorbell_ring.h"
+
+namespace twohop {
+
+struct PostedCallArgs {
+    static constexpr int kMaxRanks = 16; // local ranks (TWOHOP_GPU_MAX_RANKS)
+    static constexpr int kMaxSets = 8;   // buffer sets (coll_twohop_pipeline_depth <= 8)
+    DoorbellRing *ring;                  // the call's ring and gates (device address)
+    const char *in[kMaxRanks];           // every local rank's input, mapped here
+    char *out[kMaxRanks];                // [me]: my receive buffer; gathering: every rank's
+    char *result[kMaxSets];              // each buffer set's result buffer (host, device address)
+    uint64_t *gathered[kMaxRanks];       // every local rank's `gathered` and `done` flags
+    uint64_t *done[kMaxRanks];           //   (host shared memory, device addresses)
+    unsigned long long *counters;        // 3 x kMaxSets arrival counters (device memory)
+    uint64_t s0;                         // the call's segments are s0 + 1 .. s0 + nseg
+    uint64_t nseg;
+    uint64_t count;                      // items in the message
+    uint64_t seg_items;                  // items per segment
+    uint64_t item_bytes;                 // bytes per item
+    uint64_t elems_per_item;             // elements of the reduction's type per item
+    uint64_t timeout_ns;                 // bound of every wait (0: none)
+    int32_t local_size, me, depth, shards;
+    int32_t n_mine;                      // shards this rank owns (mine[0 .. n_mine - 1])
+    int32_t gather;                      // hop 3 gathered through CUDA IPC
+    int32_t vec_ok;                      // every input on this GPU: 16-byte vector loads allowed
+    int32_t batch;                       // descriptors per doorbell (coll_twohop_posted_batch)
+    int32_t mine[kMaxRanks];             // the shards this rank owns
+    int32_t owner[kMaxRanks];            // shard -> its owner's local rank on this node
+};
+
+} // namespace twohop
+
+#endif
