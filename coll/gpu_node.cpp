@@ -855,8 +855,9 @@ struct PostedSchedule {
         ok = ok && cuda::write_flag(dev, stream, flag_addr(c, me, &RankFlags::done), s);
     }
 
-    /* The whole call as one kernel of `blocks` blocks instead of start/finish/tail
-     * (posted_call.h); `counters`: the call's arrival counters (call_counters). */
+    /* The whole call as one kernel instead of start/finish/tail (posted_call.h): `blocks`
+     * blocks for hop 1 and as many for hop 3; `counters`: its arrival counters
+     * (call_counters). */
     void call(unsigned long long *counters, int blocks) {
         GpuHop1 &h = c->gpu_hop1;
         const int L = c->topo.local_size();
@@ -894,7 +895,7 @@ struct PostedSchedule {
             a.owner[sh] = c->topo.shard_owner(c->topo.my_node, sh);
         }
         ok = ok && cuda::launch_grid(h.device, call_kernel_name(red.dtype, red.op), &a,
-                                     sizeof(a), static_cast<unsigned>(blocks), 512, stream);
+                                     sizeof(a), 2 * static_cast<unsigned>(blocks), 512, stream);
     }
 
     /* After start(nseg - 1): the last finishes; with hop 3 gathered, the wait for the peers
@@ -1084,7 +1085,17 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
         if (enqueue_failed.load(std::memory_order_acquire)) return int(TWOHOP_ERR_TRANSPORT);
         return job.step(twohop::Proxy::kPending);
     };
-    int rc = twohop::Proxy::instance().run(step, enqueue_more);
+    // Small calls: the calling thread drives the host side itself (no hand-off to the proxy and
+    // back, tens of microseconds each when a thread must wake); large ones sleep meanwhile.
+    int rc;
+    if (count * red.item_bytes >= c->posted_proxy_min_bytes) {
+        rc = twohop::Proxy::instance().run(step, enqueue_more);
+    } else {
+        for (bool more = true;;) {
+            if (more) more = enqueue_more();
+            if ((rc = step()) != twohop::Proxy::kPending) break;
+        }
+    }
     // On failure: every wait of this rank's stream released, the stream drained.
     if (!sched.ok) {
         release_posted(c, h.ring);

@@ -66,19 +66,21 @@ __device__ bool block_wait(const PostedCallArgs &a, const uint64_t *w, uint64_t 
 
 /*
  * The block has finished step `event` (0 hop 1, 1 own shards gathered, 2 segment done) of a
- * segment in buffer set `set`, its `use`-th use in this call. True (in every thread) for the
- * block that arrives last, which then publishes the step. The counter's high half holds the
+ * segment in buffer set `set`, its `use`-th use in this call; `blocks` blocks take the step
+ * (its half of the grid). True (in every thread) for the block that arrives last, which then
+ * publishes the step. The counter's high half holds the
  * call's tag (the low half of its first sequence number), so a counter left by an earlier
  * call counts from zero again without a reset.
  */
-__device__ bool arrive(const PostedCallArgs &a, int event, int set, uint64_t use) {
+__device__ bool arrive(const PostedCallArgs &a, int event, int set, uint64_t use,
+                       unsigned blocks) {
     __shared__ int last;
     __syncthreads(); // every thread's writes of the step are done
     if (threadIdx.x == 0) {
         __threadfence_system();
         unsigned long long *ctr = a.counters + event * PostedCallArgs::kMaxSets + set;
         const unsigned long long tag = (a.s0 + 1) & 0xffffffffull;
-        const unsigned long long target = (use + 1) * gridDim.x;
+        const unsigned long long target = (use + 1) * blocks;
         unsigned long long cur = *reinterpret_cast<volatile unsigned long long *>(ctr);
         unsigned long long seen, next;
         do {
@@ -146,7 +148,8 @@ __device__ bool call_start(const PostedCallArgs &a, uint64_t k, unsigned long lo
         void *outs[1] = {dst};
         reduce_span<T, Op>(a.in, off, a.local_size, outs, 1, n, vec, head, tid, stride);
     }
-    if (arrive(a, 0, set, k / static_cast<uint64_t>(a.depth)) && threadIdx.x == 0) {
+    if (arrive(a, 0, set, k / static_cast<uint64_t>(a.depth), gridDim.x / 2) &&
+        threadIdx.x == 0) {
         const bool last = k + 1 == a.nseg;
         a.ring->slot[k % twohop::DoorbellRing::kSlots] =
             twohop::PostDesc{s, static_cast<uint32_t>(k), last ? 1u : 0u};
@@ -178,7 +181,9 @@ __device__ bool call_finish(const PostedCallArgs &a, uint64_t k, unsigned long l
             copy_span(out + (seg.offset + r.offset) * ib, a.result[set] + r.offset * ib,
                       r.count * ib, tid, stride);
         }
-        if (arrive(a, 1, set, use) && threadIdx.x == 0) st_release_sys(a.gathered[a.me], s);
+        if (arrive(a, 1, set, use, gridDim.x / 2) && threadIdx.x == 0) {
+            st_release_sys(a.gathered[a.me], s);
+        }
         const int first = a.n_mine > 0 ? a.mine[0] : 0;
         for (int j = 0; j < a.shards; ++j) {
             const int sh = (first + j) % a.shards;
@@ -192,23 +197,34 @@ __device__ bool call_finish(const PostedCallArgs &a, uint64_t k, unsigned long l
             copy_span(out + off, a.out[o] + off, r.count * ib, tid, stride);
         }
     }
-    if (arrive(a, 2, set, use) && threadIdx.x == 0) st_release_sys(a.done[a.me], s);
+    if (arrive(a, 2, set, use, gridDim.x / 2) && threadIdx.x == 0) {
+        st_release_sys(a.done[a.me], s);
+    }
     return true;
 }
 
+/*
+ * The grid's first half runs hop 1 (start) of every segment in order, the second half hop 3
+ * (finish), so neither waits for the other's gate: hop 1 of segment k + 1 runs while hop 3 of
+ * an earlier segment waits for its hop-2 result, as the copy engine and the kernels overlap
+ * in the CPU-posted pipeline. The gates keep them at most depth segments apart.
+ */
 template <typename T, typename Op> __device__ void posted_call(const PostedCallArgs &a) {
-    const unsigned long long stride = static_cast<unsigned long long>(gridDim.x) * blockDim.x;
+    const unsigned half = gridDim.x / 2;
+    const bool hop1 = blockIdx.x < half;
+    const unsigned long long stride = static_cast<unsigned long long>(half) * blockDim.x;
     const unsigned long long tid =
-        static_cast<unsigned long long>(blockIdx.x) * blockDim.x + threadIdx.x;
-    const uint64_t depth = static_cast<uint64_t>(a.depth);
-    for (uint64_t k = 0; k < a.nseg; ++k) {
-        if (k >= depth && !call_finish(a, k - depth, tid, stride)) return;
-        if (!call_start<T, Op>(a, k, tid, stride)) return;
+        static_cast<unsigned long long>(blockIdx.x % half) * blockDim.x + threadIdx.x;
+    if (hop1) {
+        for (uint64_t k = 0; k < a.nseg; ++k) {
+            if (!call_start<T, Op>(a, k, tid, stride)) return;
+        }
+        return;
     }
-    for (uint64_t k = a.nseg > depth ? a.nseg - depth : 0; k < a.nseg; ++k) {
+    for (uint64_t k = 0; k < a.nseg; ++k) {
         if (!call_finish(a, k, tid, stride)) return;
     }
-    if (a.gather && blockIdx.x == 0 && threadIdx.x == 0) {
+    if (a.gather && blockIdx.x == half && threadIdx.x == 0) {
         for (int l = 0; l < a.local_size; ++l) {
             if (l != a.me && !spin_until(a, a.done[l], a.s0 + a.nseg)) return;
         }

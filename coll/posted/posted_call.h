@@ -3,8 +3,9 @@
  * a multi-node call whose hop 1 and hop 3 run on the GPU, in a single launch instead of a
  * chain of stream operations per segment (the chain grows with the message: about 3 + shards
  * operations per segment, each a few microseconds of the enqueueing thread, and a long call
- * could fill the stream's queue). The kernel (th_call_<type>_<op>, gpu_call.cuh) runs the
- * CPU-posted pipeline's order, start(0) .. start(depth - 1), finish(0), start(depth), ...:
+ * could fill the stream's queue). The kernel (th_call_<type>_<op>, gpu_call.cuh): the first
+ * half of its grid runs start(0), start(1), ..., the second half finish(0), finish(1), ...;
+ * the gates keep them at most depth segments apart:
  *
  *   start(k)   wait gate_start > k (the proxy opened the segment's buffer set), reduce this
  *              rank's shards of segment k from every local input into the set's result buffer
@@ -18,8 +19,8 @@
  *   tail       with gathering: wait until every local rank's done >= the last sequence number
  *              (peers copy from this rank's receive buffer until then)
  *
- * The blocks of the grid split every reduction and copy; the block that finishes a step last
- * (an arrival counter per step and buffer set in device memory, `counters`) publishes it
+ * The blocks of a half split each of its reductions and copies; the block that finishes a
+ * step last (an arrival counter per step and buffer set in device memory, `counters`) publishes it
  * (descriptor and doorbell, `gathered`, `done`) after a system-scope fence, so the host and
  * the local peers see the data before the word. Waits are spins of one thread per block on
  * host-mapped words; each is bounded by `timeout_ns` (0: none) and ends when the host sets
@@ -27,8 +28,9 @@
  * blocks then leave the kernel and the proxy's job reports the failure.
  *
  * Every block must be resident at once (a block waits for words that other blocks of the
- * grid write): the grid is small (coll_twohop_posted_kernel_blocks, at most 64 blocks) next
- * to the GPU's multiprocessors, the same assumption as NCCL's persistent kernels.
+ * grid write): the grid is small (2 x coll_twohop_posted_kernel_blocks, at most 128 blocks of
+ * 512 threads) next to the GPU's multiprocessors, the assumption NCCL's persistent kernels
+ * make too.
  *
  * Plain data shared by the host (gpu_node.cpp fills it) and the device; passed by value.
  */
