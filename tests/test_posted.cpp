@@ -1,6 +1,6 @@
 // GPU-posted operations without a GPU: the descriptor ring with a host thread standing in for
 // the GPU, and the proxy thread's lifecycle (jobs from several threads, no spin when idle,
-// stop with a job in flight).
+// stop with a job in flight), and the arrival counters of the GPU-posted call kernel.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "doorbell_ring.h"
+#include "posted_call.h"
 #include "proxy.h"
 
 using twohop::DoorbellRing;
@@ -248,4 +249,52 @@ TEST(PostedJob, RunsOnTheProxyThread) {
     Proxy p;
     EXPECT_EQ(p.run([&] { return job.step(Proxy::kPending); }), 0);
     EXPECT_EQ(job.retired(), nseg);
+}
+
+// The call kernel's arrival counters (posted_call.h), with threads standing in for the blocks
+// of one half of the grid: for every use of a buffer set exactly one block is the last, it is
+// the one whose arrival completes the count, and a counter left by an earlier call (another
+// tag) starts again from zero without a reset.
+TEST(PostedCallCounters, ExactlyOneLastArrivalPerUseWhateverTheCounterHeldBefore) {
+    constexpr int kBlocks = 8, kUses = 50;
+    for (uint64_t s0 : {uint64_t(0), uint64_t(41), uint64_t(0xffffffffull), uint64_t(1) << 40}) {
+        // Stale values: zeroed memory, a finished earlier call, an abandoned one mid-count.
+        for (uint64_t stale : {uint64_t(0), (uint64_t(7) << 32) | 400, (uint64_t(9) << 32) | 3}) {
+            std::atomic<uint64_t> ctr{stale};
+            const uint64_t tag = twohop::arrival_tag(s0);
+            for (int use = 0; use < kUses; ++use) {
+                std::atomic<int> lasts{0}, arrived{0};
+                std::atomic<bool> last_saw_all{true};
+                std::vector<std::thread> blocks;
+                for (int b = 0; b < kBlocks; ++b) {
+                    blocks.emplace_back([&] {
+                        uint64_t seen = ctr.load(), next;
+                        do {
+                            next = twohop::arrival_next(seen, tag);
+                        } while (!ctr.compare_exchange_weak(seen, next));
+                        const int before = arrived.fetch_add(1);
+                        if (twohop::arrival_last(next, use, kBlocks)) {
+                            lasts.fetch_add(1);
+                            if (before != kBlocks - 1) last_saw_all = false;
+                        }
+                    });
+                }
+                for (auto &t : blocks) t.join();
+                ASSERT_EQ(lasts.load(), 1) << "s0 " << s0 << " stale " << stale << " use " << use;
+                EXPECT_TRUE(last_saw_all.load());
+                EXPECT_EQ(ctr.load() >> 32, tag);
+            }
+        }
+    }
+}
+
+TEST(DoorbellRing, ResetClearsTheFaultWord) {
+    DoorbellRing ring{};
+    ring.fault = 1;
+    ring.drained = 1;
+    ring.gate_start = ring.gate_finish = 5;
+    twohop::reset(&ring);
+    EXPECT_EQ(ring.fault, 0u);
+    EXPECT_EQ(ring.drained, 0u);
+    EXPECT_EQ(ring.gate_start + ring.gate_finish, 0u);
 }

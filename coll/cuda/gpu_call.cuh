@@ -68,9 +68,7 @@ __device__ bool block_wait(const PostedCallArgs &a, const uint64_t *w, uint64_t 
  * The block has finished step `event` (0 hop 1, 1 own shards gathered, 2 segment done) of a
  * segment in buffer set `set`, its `use`-th use in this call; `blocks` blocks take the step
  * (its half of the grid). True (in every thread) for the block that arrives last, which then
- * publishes the step. The counter's high half holds the
- * call's tag (the low half of its first sequence number), so a counter left by an earlier
- * call counts from zero again without a reset.
+ * publishes the step. The counter's protocol (tags, no reset between calls): posted_call.h.
  */
 __device__ bool arrive(const PostedCallArgs &a, int event, int set, uint64_t use,
                        unsigned blocks) {
@@ -79,16 +77,15 @@ __device__ bool arrive(const PostedCallArgs &a, int event, int set, uint64_t use
     if (threadIdx.x == 0) {
         __threadfence_system();
         unsigned long long *ctr = a.counters + event * PostedCallArgs::kMaxSets + set;
-        const unsigned long long tag = (a.s0 + 1) & 0xffffffffull;
-        const unsigned long long target = (use + 1) * blocks;
+        const uint64_t tag = twohop::arrival_tag(a.s0);
         unsigned long long cur = *reinterpret_cast<volatile unsigned long long *>(ctr);
         unsigned long long seen, next;
         do {
             seen = cur;
-            next = (seen >> 32) == tag ? seen + 1 : (tag << 32) | 1ull;
+            next = twohop::arrival_next(seen, tag);
             cur = atomicCAS(ctr, seen, next);
         } while (cur != seen);
-        last = (next & 0xffffffffull) == target ? 1 : 0;
+        last = twohop::arrival_last(next, use, blocks) ? 1 : 0;
         if (last) __threadfence_system();
     }
     __syncthreads();

@@ -40,8 +40,27 @@
 #include <cstdint>
 
 #include "doorbell_ring.h"
+#include "segment_plan.h" // TWOHOP_HOST_DEVICE
 
 namespace twohop {
+
+/*
+ * The arrival counters (64-bit words in device memory): the high half holds the tag of the
+ * call counting (arrival_tag: the low half of its first sequence number), the low half the
+ * arrivals. A counter last used by another call (another tag) counts from zero again, so no
+ * reset is needed between calls. For one step of one buffer set, the `use`-th time the call
+ * uses the set (0, 1, ...), the arrival that makes the count (use + 1) x blocks is the last
+ * (the gates keep a set's next use behind every block's arrival for this one).
+ */
+TWOHOP_HOST_DEVICE inline uint64_t arrival_tag(uint64_t s0) { return (s0 + 1) & 0xffffffffull; }
+/* The counter's value after one arrival, from the value `seen` before it. */
+TWOHOP_HOST_DEVICE inline uint64_t arrival_next(uint64_t seen, uint64_t tag) {
+    return (seen >> 32) == tag ? seen + 1 : (tag << 32) | 1ull;
+}
+/* Whether the arrival that left the counter at `next` was the last of `blocks` for `use`. */
+TWOHOP_HOST_DEVICE inline bool arrival_last(uint64_t next, uint64_t use, uint64_t blocks) {
+    return (next & 0xffffffffull) == (use + 1) * blocks;
+}
 
 struct PostedCallArgs {
     static constexpr int kMaxRanks = 16; // local ranks (TWOHOP_GPU_MAX_RANKS)
