@@ -36,6 +36,10 @@
 #          kernel and with stream operations (device_allreduce bench, 4 and 8 ranks), and the
 #          stream-ordered size table with the kernel and without (CALL_MAX: largest size,
 #          default 64 MiB).
+#   kdiag: where GPU-posted calls spend their time (verbose-3 host timestamps, medians per
+#          size, calling thread or proxy driving, kernel or stream operations) and the call
+#          kernel's grid size swept (coll_twohop_posted_kernel_blocks 1..16) against CPU-posted,
+#          4 and 8 ranks on two virtual nodes over shared memory.
 #   small8: 8 ranks on one GPU, 8 B - 2 KiB swept three times in one run, and the phases of
 #          8 B calls alone.
 #   formsbench: the timings of mode forms only (forms_bench at 8 and 16 ranks; with OMB_DIR
@@ -369,6 +373,43 @@ if [[ $mode == half ]]; then
     done
     echo "================ gpu_check summary"
     printf '%s\n' "${summary[@]}"
+    exit $status
+fi
+if [[ $mode == kdiag ]]; then
+    shm=(bash -c 'OMPI_MCA_coll_twohop_vnode_shm_transport=1 exec "$@"' _)
+    for np in 4 8; do
+        for cfg in "8 1048576" "8 0" "0 1048576"; do
+            read -r kb pm <<<"$cfg"
+            RUN_MCA="coll_twohop_verbose=3 coll_twohop_gpu_posted=1 coll_twohop_posted_kernel_blocks=$kb coll_twohop_posted_proxy_min_bytes=$pm" \
+                run $np rr:2 0 -- "${shm[@]}" "$build/mpi_tests/twohop_osu_allreduce" -d cuda \
+                -f --expect-twohop -T mpi_float -m 8192:8388608 -i 30 -x 5 \
+                >"$out/kdiag_v3_np${np}_k${kb}_p$pm.txt" 2>&1 || status=1
+            echo "== GPU-posted host timestamps, $np ranks, posted_kernel_blocks=$kb posted_proxy_min_bytes=$pm (median us over ranks and calls)"
+            python3 - "$out/kdiag_v3_np${np}_k${kb}_p$pm.txt" <<'PY'
+import re, statistics, sys
+per = {}
+for line in open(sys.argv[1], errors="replace"):
+    m = re.search(r"GPU-posted call: (\d+) B.*first descriptor ([-0-9.]+) us, hop 2 done ([-0-9.]+) us, end ([-0-9.]+) us", line)
+    if m:
+        per.setdefault(int(m.group(1)), []).append(tuple(float(m.group(i)) for i in (2, 3, 4)))
+for b in sorted(per):
+    v = per[b]
+    print(f"{b:>10} calls {len(v):>5} first {statistics.median(x[0] for x in v):8.1f} "
+          f"hop2 {statistics.median(x[1] for x in v):8.1f} end {statistics.median(x[2] for x in v):8.1f}")
+PY
+            grep -E "^[0-9]" "$out/kdiag_v3_np${np}_k${kb}_p$pm.txt" | head -20
+        done
+        for cfg in "0 8" "1 1" "1 2" "1 4" "1 8" "1 16"; do
+            read -r p kb <<<"$cfg"
+            RUN_MCA="coll_twohop_gpu_posted=$p coll_twohop_posted_kernel_blocks=$kb" run $np rr:2 0 -- \
+                "${shm[@]}" "$build/mpi_tests/device_allreduce" bench \
+                --max ${CALL_MAX:-33554432} --pinned >"$out/kdiag_p${p}_k${kb}_np$np.txt" 2>&1 ||
+                status=1
+            echo "== device buffers, $np ranks, gpu_posted=$p posted_kernel_blocks=$kb"
+            grep -E "^ +[0-9]" "$out/kdiag_p${p}_k${kb}_np$np.txt" | awk '{print $1, $2, $6}'
+        done
+    done
+    echo "================ gpu_check summary"
     exit $status
 fi
 if [[ $mode == callkernel ]]; then
