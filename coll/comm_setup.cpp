@@ -64,6 +64,7 @@ struct RankInfo {
     int32_t rhd_min_nodes, vnode_shm;
     int32_t hop3_gather, reserved;
     uint64_t host_key; // the real host (virtual_nodes replaces node_key)
+    uint64_t gather_min_bytes;
     int32_t vn_error; // this rank could not parse coll_twohop_virtual_nodes
     int32_t gpu;      // this process has the CUDA driver and twohop's device kernels
     twohop::ShmOffer offer[twohop::kShmOffers]; // segments this rank retained (shm_cache.h)
@@ -356,6 +357,7 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
     me.gpu_posted = prm.gpu_posted;
     me.one_kernel_bytes = prm.gpu_one_kernel_max_bytes;
     me.hop3_gather = prm.gpu_hop3_gather ? 1 : 0;
+    me.gather_min_bytes = prm.gpu_hop3_gather_min_bytes;
     me.posted_batch = prm.posted_batch;
     me.hop2_algorithm = prm.hop2_algorithm;
     me.rhd_max_bytes = prm.hop2_rabenseifner_max_bytes;
@@ -393,6 +395,7 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
             info[r].gpu_posted != info[0].gpu_posted ||
             info[r].one_kernel_bytes != info[0].one_kernel_bytes ||
             info[r].hop3_gather != info[0].hop3_gather ||
+            info[r].gather_min_bytes != info[0].gather_min_bytes ||
             info[r].posted_batch != info[0].posted_batch ||
             info[r].hop2_algorithm != info[0].hop2_algorithm ||
             info[r].rhd_max_bytes != info[0].rhd_max_bytes ||
@@ -423,6 +426,8 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
     c->gpu_posted = prm.gpu_posted != 0;
     c->gpu_one_kernel_bytes = prm.gpu_one_kernel_max_bytes;
     c->gpu_hop3_gather = prm.gpu_hop3_gather;
+    c->gather_min_bytes = prm.gpu_hop3_gather_min_bytes;
+    c->posted_wide_bytes = prm.posted_kernel_wide_bytes;
     c->hop2_alg = prm.hop2_algorithm;
     c->rhd_max_bytes = prm.hop2_rabenseifner_max_bytes;
     c->rhd_min_nodes = prm.hop2_rabenseifner_min_nodes;

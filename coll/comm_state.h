@@ -122,6 +122,8 @@ struct twohop_comm {
     bool gpu_posted = false;               // coll_twohop_gpu_posted (agreed at set-up)
     uint64_t gpu_one_kernel_bytes = 0;     // coll_twohop_gpu_one_kernel_max_bytes (agreed)
     bool gpu_hop3_gather = false;          // coll_twohop_gpu_hop3_gather (agreed)
+    uint64_t gather_min_bytes = 0;         // coll_twohop_gpu_hop3_gather_min_bytes (agreed)
+    uint64_t posted_wide_bytes = 0;        // coll_twohop_posted_kernel_wide_bytes
     bool async_progress = true;            // coll_twohop_async_progress (this process)
     uint64_t async_start_bytes = 131072;   // coll_twohop_async_start_bytes (this process)
     bool stream_on_device = false;         // coll_twohop_enqueue_on_device (this process)

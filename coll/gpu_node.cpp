@@ -577,8 +577,11 @@ int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_us
     tick(2);
 
     if (c->topo.n_nodes() > 1) { // hop 1 and hop 3 only: the pipeline enqueues them per segment (gpu_hop1_post, gpu_hop3_post)
+        // GPU-posted calls gather hop 3 from gather_min_bytes (agreed, like gpu_posted and the
+        // message size: every local rank decides alike).
+        const bool gather_pays = !c->gpu_posted || bytes >= c->gather_min_bytes;
         if ((rc = activate_hop1(c, peer, device, one_device, stage_in ? send_stage : in.device,
-                                out.device)) != TWOHOP_OK) {
+                                out.device, gather_pays)) != TWOHOP_OK) {
             return rc;
         }
         return decline(c, s); // the pipeline runs the call, from this seq on
@@ -733,12 +736,15 @@ unsigned long long *call_counters(twohop_comm *c, int device, int index) {
     return it->second + static_cast<size_t>(index) * kCounterWords;
 }
 
-/* Thread blocks of this call's GPU-posted kernel (posted_call.h) on `device`, or 0 when the
- * call runs as stream operations per segment: coll_twohop_posted_kernel_blocks is 0, the
+/* Thread blocks per half of this call's GPU-posted kernel (posted_call.h) on `device` for a
+ * message of `bytes` (coll_twohop_posted_kernel_blocks from coll_twohop_posted_kernel_wide_bytes,
+ * else 1), or 0 when the call runs as stream operations per segment:
+ * coll_twohop_posted_kernel_blocks is 0, the
  * node is larger than the kernel's argument holds, or the kernel cannot be loaded. The two
  * forms write the same flags and descriptors, so this is each rank's own choice. Loads the
  * kernel now (on the calling thread, never lazily at a launch). */
-int call_kernel_blocks(twohop_comm *c, const twohop_reduction &red, int device) {
+int call_kernel_blocks(twohop_comm *c, const twohop_reduction &red, uint64_t bytes,
+                       int device) {
     using twohop::PostedCallArgs;
     if (c->posted_kernel_blocks <= 0) return 0;
     if (c->topo.local_size() > PostedCallArgs::kMaxRanks ||
@@ -749,7 +755,7 @@ int call_kernel_blocks(twohop_comm *c, const twohop_reduction &red, int device) 
     }
     const char *name = call_kernel_name(red.dtype, red.op);
     if (name == nullptr || !cuda::preload(device, name)) return 0;
-    return c->posted_kernel_blocks;
+    return bytes >= c->posted_wide_bytes ? c->posted_kernel_blocks : 1;
 }
 
 } // namespace
@@ -1040,7 +1046,7 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
     // segments filled it).
     PostedSchedule sched{c, nullptr, h.ring_dev, s0, count, seg_items, nseg, red, out.device};
     // One kernel for the whole call (posted_call.h) when this rank uses it.
-    const int kernel_blocks = call_kernel_blocks(c, red, dev);
+    const int kernel_blocks = call_kernel_blocks(c, red, count * red.item_bytes, dev);
     unsigned long long *counters =
         kernel_blocks > 0 ? call_counters(c, dev, kBlockingCounters) : nullptr;
     if (kernel_blocks > 0 && counters == nullptr) sched.ok = false;
@@ -1337,10 +1343,9 @@ int gpu_stream_posted(twohop_comm *c, const twohop_userbuf &in, const twohop_use
         return failed(rc);
     }
     if (!all) return decline(c, s);
-    // Gathering hop 3 costs about 2 stream operations per shard and segment, each a few
-    // microseconds of this thread; it pays from one full segment (the message size and the
-    // segment size are the same on every rank).
-    const bool gather_pays = bytes >= c->slot_bytes;
+    // Hop 3 gathered from gather_min_bytes (agreed; the message size is the same on every
+    // rank). Below it the node's ranks would wait on each other's copies for little gain.
+    const bool gather_pays = bytes >= c->gather_min_bytes;
     if ((rc = activate_hop1(c, peer, device, one_device, in.device, out.device,
                             gather_pays)) != TWOHOP_OK) {
         return failed(rc);
@@ -1349,7 +1354,7 @@ int gpu_stream_posted(twohop_comm *c, const twohop_userbuf &in, const twohop_use
     h.active = false; // this call's pipeline is the stream's, not a host job's
     (void)decline(c, s);
     // One kernel for the call's GPU side (posted_call.h) when this rank uses it.
-    const int kernel_blocks = call_kernel_blocks(c, red, device);
+    const int kernel_blocks = call_kernel_blocks(c, red, bytes, device);
     unsigned long long *counters =
         kernel_blocks > 0 ? call_counters(c, device, slot.index) : nullptr;
     if (kernel_blocks > 0 && counters == nullptr) {

@@ -33,8 +33,8 @@
 #          ranks (and at 4 without gathering), GPU-posted calls of 256 MiB and 1 GiB,
 #          enqueue_allreduce's cases on the device buffers at 4 and 8 ranks, verbose-3 proof
 #          that the kernel ran, then device buffers CPU-posted against GPU-posted with the
-#          kernel (1 and 2 blocks per half, hop 3 gathered or not) and with stream operations
-#          (device_allreduce bench, 4 and 8 ranks), and the stream-ordered size table with the
+#          kernel (2 and 1 blocks per half, hop 3 gathered from 256 KiB or at every size) and
+#          with stream operations (device_allreduce bench, 4 and 8 ranks), and the stream-ordered size table with the
 #          kernel and without (CALL_MAX: largest size, default 64 MiB).
 #   kdiag: where GPU-posted calls spend their time (verbose-3 host timestamps, medians per
 #          size, calling thread or proxy driving, kernel or stream operations) and the call
@@ -461,16 +461,16 @@ if [[ $mode == callkernel ]]; then
         status=1
     fi
     for np in 4 8; do
-        for cfg in "0 1 1" "1 1 1" "1 0 1" "1 1 0" "1 2 1"; do
+        for cfg in "0 2 262144" "1 2 262144" "1 0 262144" "1 1 262144" "1 2 0"; do
             read -r p kb g <<<"$cfg"
-            RUN_MCA="coll_twohop_gpu_posted=$p coll_twohop_posted_kernel_blocks=$kb coll_twohop_gpu_hop3_gather=$g" \
+            RUN_MCA="coll_twohop_gpu_posted=$p coll_twohop_posted_kernel_blocks=$kb coll_twohop_gpu_hop3_gather_min_bytes=$g" \
                 run $np rr:2 0 -- "${shm[@]}" "$build/mpi_tests/device_allreduce" bench \
                 --max ${CALL_MAX:-67108864} --pinned >"$out/kbench_p${p}_k${kb}_g${g}_np$np.txt" 2>&1 ||
                 status=1
-            echo "== device buffers, $np ranks, 2 virtual nodes (shm), gpu_posted=$p posted_kernel_blocks=$kb gpu_hop3_gather=$g"
+            echo "== device buffers, $np ranks, 2 virtual nodes (shm), gpu_posted=$p posted_kernel_blocks=$kb gpu_hop3_gather_min_bytes=$g"
             grep -E "^#|^ +[0-9]" "$out/kbench_p${p}_k${kb}_g${g}_np$np.txt"
         done
-        for kb in 1 0; do
+        for kb in 2 0; do
             RUN_MCA="coll_twohop_posted_kernel_blocks=$kb coll_twohop_enqueue_on_device_min_bytes=0" \
                 run $np rr:2 0 -- "${shm[@]}" \
                 "$build/mpi_tests/enqueue_allreduce" sizes --max-bytes ${CALL_MAX:-67108864} \
