@@ -488,9 +488,10 @@ if [[ $mode == streamnodes ]]; then
     export STACKS_ON_HANG=1 # a hang prints where every rank's threads wait
     # The blocking device matrix on two virtual nodes, CPU- and GPU-posted (the stream-ordered
     # call on the device buffers runs the GPU-posted schedule on the application's stream).
-    check np4_rr2_one_gpu 4 rr:2 0
+    RUN_MCA=coll_twohop_gpu_posted=0 check np4_rr2_one_gpu_cpuposted 4 rr:2 0
     RUN_MCA=coll_twohop_gpu_posted=1 check np4_rr2_one_gpu_posted 4 rr:2 0
     RUN_MCA="coll_twohop_gpu_posted=1 coll_twohop_gpu_hop3_gather=0" check np4_rr2_one_gpu_posted_nogather 4 rr:2 0
+    RUN_MCA="coll_twohop_gpu_posted=1 coll_twohop_posted_kernel_blocks=0" check np4_rr2_one_gpu_posted_streamops 4 rr:2 0
     for cfg in "4 tcp" "8 shm"; do
         read -r np net <<<"$cfg"
         pre=()
@@ -625,6 +626,7 @@ if [[ $mode == full || $mode == quick ]]; then
 check np2_one_gpu 2 "" 0 --expect-gpu
 check np4_one_gpu 4 "" 0 --expect-gpu
 check np4_rr2_one_gpu 4 rr:2 0
+RUN_MCA=coll_twohop_gpu_posted=0 check np4_rr2_one_gpu_cpuposted 4 rr:2 0
 if ((ngpu >= 2)); then
     check np2_two_gpus 2 "" 0,1 --expect-gpu
     check np4_two_gpus 4 "" 0,1 --expect-gpu
