@@ -293,6 +293,7 @@ twohop_comm::~twohop_comm() {
         new std::vector<char>(std::move(scratch));
         shm.leak();
         if (stream_slots) stream_slots->leak();
+        gpu_hop1.call_counters.clear(); // a call kernel may still count in them (leaked)
         twohop::ucx::Worker::keep_alive();
     } else if (stream_slots) {
         // Stream-ordered calls' host copies: the streams copy their last results out shortly
@@ -301,6 +302,9 @@ twohop_comm::~twohop_comm() {
         while (!stream_slots->idle() && std::chrono::steady_clock::now() < until) {
             std::this_thread::yield();
         }
+        // A call kernel still queued on an application's stream counts in its slot's
+        // counters: they stay allocated with the slot.
+        if (!stream_slots->idle()) gpu_hop1.call_counters.clear();
     }
     stream_slots.reset();
     if (id_reserved) twohop::process_comm_ids().release(comm_id);

@@ -736,13 +736,21 @@ unsigned long long *call_counters(twohop_comm *c, int device, int index) {
     return it->second + static_cast<size_t>(index) * kCounterWords;
 }
 
-/* Thread blocks per half of this call's GPU-posted kernel (posted_call.h) on `device` for a
+/* Threads per block of the GPU-posted call kernel (its __launch_bounds__, gpu_call.cuh). */
+constexpr unsigned kCallThreads = 512;
+
+/*
+ * Thread blocks per half of this call's GPU-posted kernel (posted_call.h) on `device` for a
  * message of `bytes` (coll_twohop_posted_kernel_blocks from coll_twohop_posted_kernel_wide_bytes,
  * else 1), or 0 when the call runs as stream operations per segment:
- * coll_twohop_posted_kernel_blocks is 0, the
- * node is larger than the kernel's argument holds, or the kernel cannot be loaded. The two
- * forms write the same flags and descriptors, so this is each rank's own choice. Loads the
- * kernel now (on the calling thread, never lazily at a launch). */
+ * coll_twohop_posted_kernel_blocks is 0, the node is larger than the kernel's argument holds,
+ * the kernel cannot be loaded, or the GPU could not hold every call kernel that may wait at
+ * once. That bound: every local rank (they may all share this GPU) with one blocking call and
+ * StreamSlots::kMax stream-ordered calls in flight, each kernel's blocks all resident
+ * (cuOccupancyMaxActiveBlocksPerMultiprocessor x multiprocessors); fewer blocks when that
+ * many do not fit. The two forms write the same flags and descriptors, so this is each rank's
+ * own choice. Loads the kernel now (on the calling thread, never lazily at a launch).
+ */
 int call_kernel_blocks(twohop_comm *c, const twohop_reduction &red, uint64_t bytes,
                        int device) {
     using twohop::PostedCallArgs;
@@ -753,9 +761,17 @@ int call_kernel_blocks(twohop_comm *c, const twohop_reduction &red, uint64_t byt
         c->depth > PostedCallArgs::kMaxSets) {
         return 0;
     }
+    // The kernel addresses its inputs in elements of the type: whole elements per item.
+    if (red.elems_per_item == 0 ||
+        red.item_bytes != red.elems_per_item * twohop_dtype_size(red.dtype)) {
+        return 0;
+    }
     const char *name = call_kernel_name(red.dtype, red.op);
     if (name == nullptr || !cuda::preload(device, name)) return 0;
-    return bytes >= c->posted_wide_bytes ? c->posted_kernel_blocks : 1;
+    const int want = bytes >= c->posted_wide_bytes ? c->posted_kernel_blocks : 1;
+    const int kernels = c->topo.local_size() * (static_cast<int>(twohop::StreamSlots::kMax) + 1);
+    const int fit = cuda::resident_blocks(device, name, kCallThreads) / (2 * kernels);
+    return want < fit ? want : fit;
 }
 
 } // namespace
@@ -793,6 +809,12 @@ struct PostedSchedule {
 
     uint64_t depth() const { return static_cast<uint64_t>(c->depth); }
     uint64_t shards() const { return static_cast<uint64_t>(c->topo.n_shards()); }
+    /* Descriptors per doorbell: coll_twohop_posted_batch, at most the pipeline depth (segment
+     * `depth` waits until segment 0 is done, which needs descriptor 0 announced). */
+    uint64_t batch() const {
+        const uint64_t b = static_cast<uint64_t>(c->posted_batch);
+        return b < depth() ? b : depth();
+    }
 
     void start(uint64_t k) {
         GpuHop1 &h = c->gpu_hop1;
@@ -809,7 +831,7 @@ struct PostedSchedule {
                                c->shm.result(set) + r.offset * ib, red, stream) == TWOHOP_OK;
         }
         const bool last = k + 1 == nseg;
-        const uint64_t batch = static_cast<uint64_t>(c->posted_batch);
+        const uint64_t batch = this->batch();
         twohop::PostArgs pa{ring_dev, k, {s, static_cast<uint32_t>(k), last ? 1u : 0u},
                             (k + 1) % batch == 0 || last ? 1 : 0, 0};
         ok = ok && cuda::launch(h.device, "th_post", &pa, sizeof(pa), 1, stream);
@@ -887,7 +909,13 @@ struct PostedSchedule {
         a.seg_items = seg_items;
         a.item_bytes = red.item_bytes;
         a.elems_per_item = red.elems_per_item;
-        a.timeout_ns = c->timeout_s > 0 ? static_cast<uint64_t>(c->timeout_s * 1e9) : 0;
+        // The blocking call's waits are bounded in the kernel too. A stream-ordered call's
+        // kernel may wait for its job while the job queues behind calls that wait for the
+        // application: its host side is bounded instead (its job's timeout, then the fault
+        // word that release_posted sets ends every wait of the kernel).
+        a.timeout_ns = stream == nullptr && c->timeout_s > 0
+                           ? static_cast<uint64_t>(c->timeout_s * 1e9)
+                           : 0;
         a.local_size = L;
         a.me = me;
         a.depth = c->depth;
@@ -895,13 +923,14 @@ struct PostedSchedule {
         a.n_mine = static_cast<int32_t>(c->my_shards.size());
         a.gather = h.gather ? 1 : 0;
         a.vec_ok = h.one_device ? 1 : 0;
-        a.batch = c->posted_batch;
+        a.batch = static_cast<int32_t>(batch());
         for (size_t i = 0; i < c->my_shards.size(); ++i) a.mine[i] = c->my_shards[i];
         for (int sh = 0; sh < a.shards; ++sh) {
             a.owner[sh] = c->topo.shard_owner(c->topo.my_node, sh);
         }
         ok = ok && cuda::launch_grid(h.device, call_kernel_name(red.dtype, red.op), &a,
-                                     sizeof(a), 2 * static_cast<unsigned>(blocks), 512, stream);
+                                     sizeof(a), 2 * static_cast<unsigned>(blocks), kCallThreads,
+                                     stream);
     }
 
     /* After start(nseg - 1): the last finishes; with hop 3 gathered, the wait for the peers
@@ -1012,8 +1041,16 @@ class RingBackend : public twohop::PostedBackend {
 };
 
 /* Every wait of a GPU-posted call's stream released: the local ranks' flags and the call's
- * gates set past any sequence (the communicator is unusable afterwards). Host writes only. */
-void release_posted(twohop_comm *c, twohop::DoorbellRing *ring) {
+ * gates set past any sequence (the communicator is unusable afterwards). Host writes only.
+ * First this rank's failure of the call (first sequence number s0 + 1) is published and the
+ * ring's fault word set: a node peer that sees a released flag sees the failure too, and the
+ * call kernel's next wait ends instead of passing on a released word. */
+void release_posted(twohop_comm *c, twohop::DoorbellRing *ring, uint64_t s0) {
+    twohop::RankFlags &mine = c->shm.flags(c->topo.local_rank);
+    if (mine.failed.load(std::memory_order_acquire) == 0) {
+        mine.failed_seq.store(s0 + 1, std::memory_order_relaxed);
+        mine.failed.store(static_cast<uint64_t>(TWOHOP_ERR_TRANSPORT), std::memory_order_release);
+    }
     uint64_t none = 0; // a GPU timeout (1) stays what it is
     __atomic_compare_exchange_n(&ring->fault, &none, 2, false, __ATOMIC_RELEASE, __ATOMIC_RELAXED);
     release_gpu_waits(c);
@@ -1046,10 +1083,11 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
     // segments filled it).
     PostedSchedule sched{c, nullptr, h.ring_dev, s0, count, seg_items, nseg, red, out.device};
     // One kernel for the whole call (posted_call.h) when this rank uses it.
-    const int kernel_blocks = call_kernel_blocks(c, red, count * red.item_bytes, dev);
+    // (Without its counters, stream operations: this rank's choice.)
+    int kernel_blocks = call_kernel_blocks(c, red, count * red.item_bytes, dev);
     unsigned long long *counters =
         kernel_blocks > 0 ? call_counters(c, dev, kBlockingCounters) : nullptr;
-    if (kernel_blocks > 0 && counters == nullptr) sched.ok = false;
+    if (counters == nullptr) kernel_blocks = 0;
     const uint64_t window = depth > kPostedWindow ? depth : kPostedWindow;
     uint64_t next_k = 0;                  // next segment to start (this thread only)
     std::atomic<bool> enqueued_all{false}; // the `drained` write after the last operation is enqueued
@@ -1083,7 +1121,9 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
         if (enqueue_failed.load(std::memory_order_acquire)) return TWOHOP_ERR_TRANSPORT;
         // The stream writes `drained` after the call's last operation (no CUDA call here).
         if (!enqueued_all.load(std::memory_order_acquire)) return 0;
-        return __atomic_load_n(&h.ring->drained, __ATOMIC_ACQUIRE) != 0 ? 1 : 0;
+        if (__atomic_load_n(&h.ring->drained, __ATOMIC_ACQUIRE) == 0) return 0;
+        // The stream writes `drained` after the kernel, also when a wait of it timed out.
+        return __atomic_load_n(&h.ring->fault, __ATOMIC_ACQUIRE) != 0 ? int(TWOHOP_ERR_TIMEOUT) : 1;
     });
     backend.gates(); // the segments whose sets are free already need no wait on the GPU
     twohop::PostedJob job(h.ring, &backend, s0, nseg, c->timeout_s, TWOHOP_ERR_TIMEOUT);
@@ -1117,7 +1157,7 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
     }
     // On failure: every wait of this rank's stream released, the stream drained.
     if (!sched.ok) {
-        release_posted(c, h.ring);
+        release_posted(c, h.ring, s0);
         h.settle();
         return gpu_error(c, "enqueueing the GPU-posted call failed on local rank", me);
     }
@@ -1127,7 +1167,7 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
     const uint64_t bells = job.doorbells();
     g_doorbells.fetch_add(bells, std::memory_order_relaxed);
     if (rc != TWOHOP_OK) {
-        release_posted(c, h.ring);
+        release_posted(c, h.ring, s0);
         h.settle();
         return rc;
     }
@@ -1244,7 +1284,8 @@ namespace {
  * PostedJob of its segments, stepped by whoever drives the communicator's queue. Makes no CUDA
  * call: the GPU's progress is read from host words (the local ranks' flags, the call's
  * `released` word). Until every local rank's stream reached the call (ready >= first
- * sequence) it waits for the application, not for twohop (no timeout meanwhile). Destroyed
+ * sequence) it waits for the application, not for twohop (no timeout meanwhile; from then on
+ * coll_twohop_timeout without progress ends it). Destroyed
  * before it finished (a failure, a timeout), it releases every wait of the call's stream.
  */
 class StreamPostedJob : public twohop::Job {
@@ -1256,11 +1297,15 @@ class StreamPostedJob : public twohop::Job {
                    [this]() -> int {
                        const int e = slot_.enqueue_state->load(std::memory_order_acquire);
                        if (e < 0) return TWOHOP_ERR_TRANSPORT;
-                       return e > 0 && twohop::reached(slot_.released, slot_.token) ? 1 : 0;
+                       if (e == 0 || !twohop::reached(slot_.released, slot_.token)) return 0;
+                       // `released` follows the kernel, also when a wait of it timed out.
+                       return __atomic_load_n(&slot_.ring->fault, __ATOMIC_ACQUIRE) != 0
+                                  ? int(TWOHOP_ERR_TIMEOUT)
+                                  : 1;
                    }),
-          job_(slot.ring, &backend_, s0, nseg, 0, TWOHOP_ERR_TIMEOUT) {}
+          job_(slot.ring, &backend_, s0, nseg, c->timeout_s, TWOHOP_ERR_TIMEOUT) {}
     ~StreamPostedJob() override {
-        if (!finished_) release_posted(c_, slot_.ring);
+        if (!finished_) release_posted(c_, slot_.ring, s0_);
         slot_.job_live->store(false, std::memory_order_release);
     }
     int advance() override {
@@ -1275,6 +1320,7 @@ class StreamPostedJob : public twohop::Job {
                 }
             }
             arrived_ = true;
+            job_.restart_clock(); // coll_twohop_timeout counts from here: twohop's own waits
             ++steps_;
         }
         const uint64_t before = job_.posted() + job_.retired();
@@ -1354,13 +1400,11 @@ int gpu_stream_posted(twohop_comm *c, const twohop_userbuf &in, const twohop_use
     h.active = false; // this call's pipeline is the stream's, not a host job's
     (void)decline(c, s);
     // One kernel for the call's GPU side (posted_call.h) when this rank uses it.
-    const int kernel_blocks = call_kernel_blocks(c, red, bytes, device);
+    // (Without its counters, stream operations: this rank's choice.)
+    int kernel_blocks = call_kernel_blocks(c, red, bytes, device);
     unsigned long long *counters =
         kernel_blocks > 0 ? call_counters(c, device, slot.index) : nullptr;
-    if (kernel_blocks > 0 && counters == nullptr) {
-        return failed(gpu_error(c, "allocating the call kernel's counters failed on local rank",
-                                me));
-    }
+    if (counters == nullptr) kernel_blocks = 0;
 
     // 2. The call's sequence numbers, its ring, its job (queued before the stream may wait on
     // it), then the stream's half.

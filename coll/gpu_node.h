@@ -143,15 +143,18 @@ int gpu_hop1_test(twohop_comm *c);
 
 /*
  * GPU-posted pipeline (coll_twohop_gpu_posted = 1) of a multi-node call whose hop 1 the node
- * agreed to run on the GPU (c->gpu_hop1.active). The calling thread enqueues the whole call on
- * twohop's stream, in the CPU-posted pipeline's order (start(0) .. start(depth - 1), finish(0),
- * start(depth), finish(1), ...):
+ * agreed to run on the GPU (c->gpu_hop1.active). By default the call's GPU side is one kernel
+ * on twohop's stream (coll_twohop_posted_kernel_blocks, posted/posted_call.h) followed by a
+ * `drained` flag write; with coll_twohop_posted_kernel_blocks 0 the calling thread enqueues
+ * stream operations per segment instead, at most 16 segments ahead of hop 2, in the CPU-posted
+ * pipeline's order (start(0) .. start(depth - 1), finish(0), start(depth), finish(1), ...):
  *   start(k)   wait gate_start > k (buffer set free), hop-1 kernels of my shards into the
  *              set's result, th_post: descriptor k, doorbell every posted_batch segments and
  *              at the last
  *   finish(k)  wait gate_finish > k (every shard's hop-2 result published on the node), copy
  *              every shard into the receive buffer, done = s (stream write)
- * and sleeps while the proxy thread (posted/proxy.h) runs the host side: it polls the
+ * and, from coll_twohop_posted_proxy_min_bytes, sleeps while the proxy thread
+ * (posted/proxy.h) runs the host side (smaller calls run it on the calling thread): it polls the
  * doorbell, starts the hop-2 rings of each announced segment, publishes reduced = s when they
  * complete, and opens the two gates (doorbell_ring.h) from the local ranks' done and reduced
  * flags. Returns a twohop_status; on failure the stream's waits are released (gates and local
@@ -216,7 +219,8 @@ struct GpuStreamSlot {
     uint64_t *slot_token;           // the slot's token: set to `token` once the stream uses it
     std::atomic<bool> *job_live;    // set while the call's job exists (the slot stays in use)
     std::atomic<int> *enqueue_state; // 0 enqueueing, 1 enqueued, -1 enqueueing failed
-    int index;                      // the slot's place among the communicator's (0 .. 6)
+    int index;                      // the slot's place among the communicator's
+                                    // (0 .. StreamSlots::kMax - 1): its call kernel counters
 };
 int gpu_stream_posted(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out,
                       uint64_t count, const twohop_reduction &red, void *stream,

@@ -58,6 +58,7 @@ struct Driver {
     CUresult (*ctx_get_device)(CUdevice *);
     CUresult (*stream_is_capturing)(CUstream, CUstreamCaptureStatus *); // optional
     CUresult (*func_load)(CUfunction);                                   // optional (12.4+)
+    CUresult (*occupancy_max_active_blocks)(int *, CUfunction, int, size_t);
 };
 
 Driver g_drv;
@@ -116,6 +117,8 @@ void do_load() {
                sym(h, "cuMemHostGetDevicePointer_v2", &g_drv.mem_host_get_device_pointer) &&
                sym(h, "cuMemcpyAsync", &g_drv.memcpy_async) &&
                sym(h, "cuMemsetD8Async", &g_drv.memset_d8_async) &&
+               sym(h, "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+                   &g_drv.occupancy_max_active_blocks) &&
                sym(h, "cuEventCreate", &g_drv.event_create) &&
                sym(h, "cuEventRecord", &g_drv.event_record) &&
                sym(h, "cuEventQuery", &g_drv.event_query) &&
@@ -491,6 +494,21 @@ bool launch_grid(int device, const char *name, const void *args, std::size_t arg
               "cuLaunchKernel");
 }
 
+int resident_blocks(int device, const char *name, unsigned threads) {
+    CtxScope ctx(device);
+    if (!ctx.ok()) return 0;
+    CUfunction f = function(device, name);
+    int per_sm = 0, sms = 0;
+    if (f == nullptr ||
+        !ok(g_drv.occupancy_max_active_blocks(&per_sm, f, static_cast<int>(threads), 0),
+            "cuOccupancyMaxActiveBlocksPerMultiprocessor") ||
+        !ok(g_drv.device_get_attribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device),
+            "cuDeviceGetAttribute")) {
+        return 0;
+    }
+    return per_sm * sms;
+}
+
 bool launch_and_wait(int device, const char *name, const void *args, std::size_t arg_bytes,
                      unsigned long long n) {
     if (!launch(device, name, args, arg_bytes, n)) return false;
@@ -507,6 +525,7 @@ bool preload(int, const char *) { return false; }
 bool launch_grid(int, const char *, const void *, std::size_t, unsigned, unsigned, void *) {
     return false;
 }
+int resident_blocks(int, const char *, unsigned) { return 0; }
 bool launch_and_wait(int, const char *, const void *, std::size_t, unsigned long long) {
     return false;
 }
@@ -700,6 +719,7 @@ bool preload(int, const char *) { return false; }
 bool launch_grid(int, const char *, const void *, std::size_t, unsigned, unsigned, void *) {
     return false;
 }
+int resident_blocks(int, const char *, unsigned) { return 0; }
 bool launch_and_wait(int, const char *, const void *, std::size_t, unsigned long long) {
     return false;
 }

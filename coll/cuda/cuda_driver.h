@@ -96,6 +96,10 @@ bool launch(int device, const char *name, const void *args, std::size_t arg_byte
  * kernel, posted_call.h, whose blocks must all be resident at once). False on a driver error. */
 bool launch_grid(int device, const char *name, const void *args, std::size_t arg_bytes,
                  unsigned blocks, unsigned threads, void *stream = nullptr);
+/* How many blocks of `threads` threads of kernel `name` the GPU `device` holds at once (blocks
+ * per multiprocessor, cuOccupancyMaxActiveBlocksPerMultiprocessor, times multiprocessors); 0
+ * on a driver error. */
+int resident_blocks(int device, const char *name, unsigned threads);
 /* launch, then waits for twohop's stream on `device`. */
 bool launch_and_wait(int device, const char *name, const void *args, std::size_t arg_bytes,
                      unsigned long long n);

@@ -38,9 +38,16 @@ __device__ __forceinline__ unsigned long long now_ns() {
     return t;
 }
 
-/* One thread: spins until (int64_t)(*w - v) >= 0. False when the call failed meanwhile (the
- * ring's fault word) or the wait outlasted the timeout (then it sets fault = 1). */
+/* Whether the call failed (the ring's fault word: the host gave it up, or a wait timed out). */
+__device__ __forceinline__ bool faulted(const PostedCallArgs &a) {
+    return ld_acquire_sys(&a.ring->fault) != 0;
+}
+
+/* One thread: spins until (int64_t)(*w - v) >= 0. False when the call failed before or
+ * meanwhile (checked first: a failed call's words are set past any value, so the wait alone
+ * would pass) or the wait outlasted the timeout (then it sets fault = 1). */
 __device__ bool spin_until(const PostedCallArgs &a, const uint64_t *w, uint64_t v) {
+    if (faulted(a)) return false;
     const unsigned long long t0 = now_ns();
     for (unsigned n = 0;; ++n) {
         if (static_cast<long long>(ld_acquire_sys(w) - v) >= 0) return true;
@@ -92,26 +99,42 @@ __device__ bool arrive(const PostedCallArgs &a, int event, int set, uint64_t use
     return last != 0;
 }
 
-/* Copies n bytes, 16 at a time where source and destination share their alignment; loads
- * with ld.cv (host memory written by the proxy, peers' buffers written after the launch). */
-__device__ void copy_span(char *dst, const char *src, unsigned long long n, unsigned long long tid,
-                          unsigned long long stride) {
-    const uintptr_t d = reinterpret_cast<uintptr_t>(dst), s = reinterpret_cast<uintptr_t>(src);
-    unsigned long long head = n, nvec = 0;
-    if (((d ^ s) & 15) == 0) {
-        head = (16 - (d & 15)) & 15;
-        if (head > n) head = n;
-        nvec = (n - head) / 16;
-    }
-    const uint4 *sv = reinterpret_cast<const uint4 *>(src + head);
-    uint4 *dv = reinterpret_cast<uint4 *>(dst + head);
+/* n bytes as words W (W bytes wide) from the first W-aligned destination byte, the bytes
+ * before and after one at a time; loads with ld.cv (host memory written by the proxy, peers'
+ * buffers written after the launch). Source and destination share their offset modulo W. */
+template <typename W>
+__device__ void copy_words(char *dst, const char *src, unsigned long long n,
+                           unsigned long long tid, unsigned long long stride) {
+    const uintptr_t d = reinterpret_cast<uintptr_t>(dst);
+    unsigned long long head = (sizeof(W) - d % sizeof(W)) % sizeof(W);
+    if (head > n) head = n;
+    const unsigned long long nvec = (n - head) / sizeof(W);
+    const W *sv = reinterpret_cast<const W *>(src + head);
+    W *dv = reinterpret_cast<W *>(dst + head);
     for (unsigned long long j = tid; j < nvec; j += stride) dv[j] = __ldcv(sv + j);
-    const unsigned long long tail0 = head + nvec * 16, scalars = head + (n - tail0);
+    const unsigned long long tail0 = head + nvec * sizeof(W), scalars = head + (n - tail0);
     const unsigned char *sb = reinterpret_cast<const unsigned char *>(src);
     unsigned char *db = reinterpret_cast<unsigned char *>(dst);
     for (unsigned long long j = tid; j < scalars; j += stride) {
         const unsigned long long i = j < head ? j : tail0 + (j - head);
         db[i] = __ldcv(sb + i);
+    }
+}
+
+/* Copies n bytes with the widest words the two addresses' common alignment allows. */
+__device__ void copy_span(char *dst, const char *src, unsigned long long n, unsigned long long tid,
+                          unsigned long long stride) {
+    const uintptr_t x = reinterpret_cast<uintptr_t>(dst) ^ reinterpret_cast<uintptr_t>(src);
+    if (x % 16 == 0) {
+        copy_words<uint4>(dst, src, n, tid, stride);
+    } else if (x % 8 == 0) {
+        copy_words<unsigned long long>(dst, src, n, tid, stride);
+    } else if (x % 4 == 0) {
+        copy_words<unsigned int>(dst, src, n, tid, stride);
+    } else if (x % 2 == 0) {
+        copy_words<unsigned short>(dst, src, n, tid, stride);
+    } else {
+        copy_words<unsigned char>(dst, src, n, tid, stride);
     }
 }
 
@@ -146,7 +169,7 @@ __device__ bool call_start(const PostedCallArgs &a, uint64_t k, unsigned long lo
         reduce_span<T, Op>(a.in, off, a.local_size, outs, 1, n, vec, head, tid, stride);
     }
     if (arrive(a, 0, set, k / static_cast<uint64_t>(a.depth), gridDim.x / 2) &&
-        threadIdx.x == 0) {
+        threadIdx.x == 0 && !faulted(a)) {
         const bool last = k + 1 == a.nseg;
         a.ring->slot[k % twohop::DoorbellRing::kSlots] =
             twohop::PostDesc{s, static_cast<uint32_t>(k), last ? 1u : 0u};
@@ -178,7 +201,7 @@ __device__ bool call_finish(const PostedCallArgs &a, uint64_t k, unsigned long l
             copy_span(out + (seg.offset + r.offset) * ib, a.result[set] + r.offset * ib,
                       r.count * ib, tid, stride);
         }
-        if (arrive(a, 1, set, use, gridDim.x / 2) && threadIdx.x == 0) {
+        if (arrive(a, 1, set, use, gridDim.x / 2) && threadIdx.x == 0 && !faulted(a)) {
             st_release_sys(a.gathered[a.me], s);
         }
         const int first = a.n_mine > 0 ? a.mine[0] : 0;
@@ -194,7 +217,7 @@ __device__ bool call_finish(const PostedCallArgs &a, uint64_t k, unsigned long l
             copy_span(out + off, a.out[o] + off, r.count * ib, tid, stride);
         }
     }
-    if (arrive(a, 2, set, use, gridDim.x / 2) && threadIdx.x == 0) {
+    if (arrive(a, 2, set, use, gridDim.x / 2) && threadIdx.x == 0 && !faulted(a)) {
         st_release_sys(a.done[a.me], s);
     }
     return true;

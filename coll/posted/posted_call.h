@@ -23,9 +23,11 @@
  * step last (an arrival counter per step and buffer set in device memory, `counters`) publishes it
  * (descriptor and doorbell, `gathered`, `done`) after a system-scope fence, so the host and
  * the local peers see the data before the word. Waits are spins of one thread per block on
- * host-mapped words; each is bounded by `timeout_ns` (0: none) and ends when the host sets
- * the ring's `fault` word (a failed call). A wait that times out sets `fault` = 1 itself; the
- * blocks then leave the kernel and the proxy's job reports the failure.
+ * host-mapped words; each is bounded by `timeout_ns` (0: none; the blocking form only) and
+ * ends, checked first, when the ring's `fault` word is set: the host sets it (2) before it
+ * releases a failed call's words, so no wait passes on a released word, and a wait that times
+ * out sets it (1) itself. Either way the blocks publish nothing more and leave the kernel; the
+ * host job reads `fault` after the stream's end word and reports the failure.
  *
  * Every block must be resident at once (a block waits for words that other blocks of the
  * grid write): the grid is small (2 x coll_twohop_posted_kernel_blocks, at most 128 blocks of
