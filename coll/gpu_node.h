@@ -198,9 +198,10 @@ int gpu_enqueue_drain(twohop_comm *c);
  *      reserved, the host side (StreamPostedJob: hop 2, the gates) is queued for the proxy
  *      thread, then everything else is enqueued on the application's stream:
  *        ready = s, wait every local ready >= s (every input produced),
- *        the GPU-posted pipeline's start(k) / finish(k) (gpu_posted_pipeline), with the
- *        call's own doorbell ring and gates (`ring`, in the call's host slot),
- *        [hop 3 gathered (from one full segment): wait every local done >= s + nseg - 1],
+ *        the GPU-posted call kernel (or, with coll_twohop_posted_kernel_blocks 0, the
+ *        stream operations start(k) / finish(k) of gpu_posted_pipeline), with the call's own
+ *        doorbell ring and gates (`ring`, in the call's host slot), hop 3 gathered from
+ *        coll_twohop_gpu_hop3_gather_min_bytes [then: wait every local done >= s + nseg - 1],
  *        released = token;
  *   3. otherwise the rounds' sequence number is given back and the caller queues the host
  *      copy (the call's rounds are done: its job does not vote again).

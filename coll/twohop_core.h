@@ -147,7 +147,8 @@ int twohop_comm_allreduce(twohop_comm *c, const twohop_userbuf *in, const twohop
  * enqueued on `stream`, after the work enqueued there before and before the work enqueued
  * after: *enqueued = 1, the call returns at once. On a communicator of several nodes a rank
  * whose buffers are canonical device memory, with a predefined op and asynchronous progress on,
- * stays on the stream through a host copy (schedule/stream_call.h: *enqueued = 1). Otherwise
+ * stays on the stream (*enqueued = 1): on the device buffers when the node agrees
+ * (gpu_stream_posted), else through a host copy (schedule/stream_call.h). Otherwise
  * the call waits for the stream and completes as a blocking allreduce before returning
  * (*enqueued = 0). Ranks may mix this form and twohop_comm_allreduce in one call: each call
  * runs one GPU vote on every rank.

@@ -18,8 +18,10 @@
  * path reduces (every predefined op on the predefined types except long double), on GPUs that
  * reach each other and support 64-bit stream memory operations; the stream must belong to the
  * buffers' GPU. On communicators of several nodes, each rank whose buffers are device memory of
- * the canonical layout with a predefined op, on such a GPU: the stream stages the message
- * through a host copy while twohop's progress thread runs the allreduce (at most 4 calls in
+ * the canonical layout with a predefined op, on such a GPU, stays on the stream while twohop's
+ * progress thread runs the allreduce's host side: pipeline-size calls whose node agrees (every
+ * local rank's buffers shareable through CUDA IPC) stay on the device buffers (one GPU-posted
+ * kernel on the stream); other calls stage the message through a host copy (at most 4 calls in
  * flight per communicator: a fifth call waits for the first to complete; such a call cannot be
  * captured into a CUDA graph: it fails with an error). Anything else (host memory,
  * user-defined ops, twohop not loaded) waits for the stream and runs MPI_Allreduce: correct,

@@ -3,7 +3,7 @@
 # the device-buffer checks and the device benchmark, and print the tables last.
 #
 # usage (on the GPU machine, from the repository root):
-#   bash scripts/gpu_check.sh [quick|vnodes|enqueue|posted|scale|host|mpich|forms]
+#   bash scripts/gpu_check.sh [MODE]   (default full; the modes below)
 #   quick: checks only, no benchmark.
 #   enqueue: only the stream-ordered extension's checks (include/twohop.h).
 #   posted: only the GPU-posted mode's checks and benchmark (two virtual nodes).
@@ -533,7 +533,7 @@ if [[ $mode == streamnodes ]]; then
         done
     done
     # Where a call on the device buffers spends the calling thread's time (verbose 3 logs the
-    # node's rounds and the enqueue of the stream operations per call): medians per size.
+    # node's rounds and the enqueue of the call's stream operations and kernel): medians per size.
     RUN_MCA="coll_twohop_verbose=3 coll_twohop_enqueue_on_device_min_bytes=0" \
         run 8 rr:2 0 -- "${shm[@]}" "$build/mpi_tests/enqueue_allreduce" \
         sizes --max-bytes 2097152 >"$out/stream_sizes_np8_v3.txt" 2>&1

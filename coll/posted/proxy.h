@@ -58,7 +58,8 @@ class Proxy {
     /*
      * run(), with work of the calling thread alongside: after queueing `step` the caller calls
      * `alongside` until it returns false (pausing kAlongsidePause between calls) or the job
-     * ends, then sleeps as in run(). GPU-posted calls enqueue their segments this way, a
+     * ends, then sleeps as in run(). GPU-posted calls launch their call kernel this way (the
+     * first call of `alongside`), or, in the stream-operation form, enqueue their segments a
      * bounded window ahead of the proxy, so the stream's queue never fills while the GPU waits
      * on a gate only the proxy opens.
      */
