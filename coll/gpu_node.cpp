@@ -911,8 +911,8 @@ struct PostedSchedule {
         a.elems_per_item = red.elems_per_item;
         // The blocking call's waits are bounded in the kernel too. A stream-ordered call's
         // kernel may wait for its job while the job queues behind calls that wait for the
-        // application: its host side is bounded instead (its job's timeout, then the fault
-        // word that release_posted sets ends every wait of the kernel).
+        // application, like its job: no timeout; a failure ends its waits through the fault
+        // word that release_posted sets.
         a.timeout_ns = stream == nullptr && c->timeout_s > 0
                            ? static_cast<uint64_t>(c->timeout_s * 1e9)
                            : 0;
@@ -1284,8 +1284,8 @@ namespace {
  * PostedJob of its segments, stepped by whoever drives the communicator's queue. Makes no CUDA
  * call: the GPU's progress is read from host words (the local ranks' flags, the call's
  * `released` word). Until every local rank's stream reached the call (ready >= first
- * sequence) it waits for the application, not for twohop (no timeout meanwhile; from then on
- * coll_twohop_timeout without progress ends it). Destroyed
+ * sequence) it waits for the application, not for twohop (no timeout: hop 2 may wait for
+ * another node's application too, which no timeout can tell from a hang). Destroyed
  * before it finished (a failure, a timeout), it releases every wait of the call's stream.
  */
 class StreamPostedJob : public twohop::Job {
@@ -1303,7 +1303,7 @@ class StreamPostedJob : public twohop::Job {
                                   ? int(TWOHOP_ERR_TIMEOUT)
                                   : 1;
                    }),
-          job_(slot.ring, &backend_, s0, nseg, c->timeout_s, TWOHOP_ERR_TIMEOUT) {}
+          job_(slot.ring, &backend_, s0, nseg, 0, TWOHOP_ERR_TIMEOUT) {}
     ~StreamPostedJob() override {
         if (!finished_) release_posted(c_, slot_.ring, s0_);
         slot_.job_live->store(false, std::memory_order_release);
@@ -1320,7 +1320,6 @@ class StreamPostedJob : public twohop::Job {
                 }
             }
             arrived_ = true;
-            job_.restart_clock(); // coll_twohop_timeout counts from here: twohop's own waits
             ++steps_;
         }
         const uint64_t before = job_.posted() + job_.retired();

@@ -79,8 +79,6 @@ class PostedJob {
         return pending;
     }
 
-    /* The timeout counts from now (a job that waited for something outside twohop first). */
-    void restart_clock() { last_progress_ = std::chrono::steady_clock::now(); }
     uint64_t doorbells() const { return doorbells_; } // doorbell reads that found descriptors
     uint64_t posted() const { return posted_; }
     uint64_t retired() const { return retired_; }
