@@ -43,14 +43,16 @@ __device__ __forceinline__ bool faulted(const PostedCallArgs &a) {
     return ld_acquire_sys(&a.ring->fault) != 0;
 }
 
-/* One thread: spins until (int64_t)(*w - v) >= 0. False when the call failed before or
- * meanwhile (checked first: a failed call's words are set past any value, so the wait alone
- * would pass) or the wait outlasted the timeout (then it sets fault = 1). */
+/* One thread: spins until (int64_t)(*w - v) >= 0. False when the call failed before,
+ * meanwhile or by the time the word passed (a failed call's words are set past any value, so
+ * the wait alone would pass) or the wait outlasted the timeout (then it sets fault = 1). */
 __device__ bool spin_until(const PostedCallArgs &a, const uint64_t *w, uint64_t v) {
     if (faulted(a)) return false;
     const unsigned long long t0 = now_ns();
     for (unsigned n = 0;; ++n) {
-        if (static_cast<long long>(ld_acquire_sys(w) - v) >= 0) return true;
+        // Passed: the host sets the fault word before it releases a word, so a word read as
+        // released (acquire) shows the fault too.
+        if (static_cast<long long>(ld_acquire_sys(w) - v) >= 0) return !faulted(a);
         if ((n & 15) == 15) {
             if (ld_acquire_sys(&a.ring->fault) != 0) return false;
             if (a.timeout_ns != 0 && now_ns() - t0 > a.timeout_ns) {
