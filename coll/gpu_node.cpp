@@ -44,21 +44,13 @@ struct GpuDesc {
 };
 static_assert(sizeof(GpuDesc) <= twohop::ShmLayout::kDescBytes, "descriptor block");
 
-/* Kernel name of (t, op), or nullptr when the GPU path has no kernel for it. */
-const char *kernel_name(twohop_dtype t, twohop_op op) {
+/* Kernel name of (t, op): the reduction kernel, or with `call` the GPU-posted call kernel
+ * (posted_call.h); nullptr when the GPU path has no kernel for it. */
+const char *kernel_name(twohop_dtype t, twohop_op op, bool call = false) {
 #define TWOHOP_NAME_ENTRY(D, T, OP, F)                                                         \
-    if (t == D && op == TWOHOP_OP_##OP) return "th_rb_" #D "_" #OP;
+    if (t == D && op == TWOHOP_OP_##OP) return call ? "th_call_" #D "_" #OP : "th_rb_" #D "_" #OP;
     TWOHOP_GPU_KERNELS(TWOHOP_NAME_ENTRY)
 #undef TWOHOP_NAME_ENTRY
-    return nullptr;
-}
-
-/* The GPU-posted call kernel of (t, op) (posted_call.h), or nullptr. */
-const char *call_kernel_name(twohop_dtype t, twohop_op op) {
-#define TWOHOP_CALL_NAME_ENTRY(D, T, OP, F)                                                    \
-    if (t == D && op == TWOHOP_OP_##OP) return "th_call_" #D "_" #OP;
-    TWOHOP_GPU_KERNELS(TWOHOP_CALL_NAME_ENTRY)
-#undef TWOHOP_CALL_NAME_ENTRY
     return nullptr;
 }
 
@@ -766,7 +758,7 @@ int call_kernel_blocks(twohop_comm *c, const twohop_reduction &red, uint64_t byt
         red.item_bytes != red.elems_per_item * twohop_dtype_size(red.dtype)) {
         return 0;
     }
-    const char *name = call_kernel_name(red.dtype, red.op);
+    const char *name = kernel_name(red.dtype, red.op, true);
     if (name == nullptr || !cuda::preload(device, name)) return 0;
     const int want = bytes >= c->posted_wide_bytes ? c->posted_kernel_blocks : 1;
     const int kernels = c->topo.local_size() * (static_cast<int>(twohop::StreamSlots::kMax) + 1);
@@ -928,7 +920,7 @@ struct PostedSchedule {
         for (int sh = 0; sh < a.shards; ++sh) {
             a.owner[sh] = c->topo.shard_owner(c->topo.my_node, sh);
         }
-        ok = ok && cuda::launch_grid(h.device, call_kernel_name(red.dtype, red.op), &a,
+        ok = ok && cuda::launch_grid(h.device, kernel_name(red.dtype, red.op, true), &a,
                                      sizeof(a), 2 * static_cast<unsigned>(blocks), kCallThreads,
                                      stream);
     }

@@ -270,6 +270,26 @@ check() { # check NAME NP VNODES GPUS [EXTRA ARGS]
     fi
 }
 
+big_calls() { # big_calls TAG [PREFIX ...]: GPU-posted calls of 256 MiB and 1 GiB of floats
+    # (256 and 1024 one-MiB segments), 4 ranks on two virtual nodes, validated; PREFIX wraps
+    # the program (e.g. hop 2 over shared memory). The timeout turns a hang into a failure.
+    local tag=$1 big t0
+    shift
+    for big in 268435456 1073741824; do
+        t0=$SECONDS
+        if RUN_MCA="coll_twohop_gpu_posted=1 coll_twohop_timeout=60" run 4 rr:2 0 -- "$@" \
+            "$build/mpi_tests/twohop_osu_allreduce" -d cuda -c -f --expect-twohop -T mpi_float \
+            -m $big:$big -i 2 -x 1 >"$out/${tag}_big_$big.txt" 2>&1 &&
+            grep -q "GPU-posted [1-9]" "$out/${tag}_big_$big.txt"; then
+            summary+=("PASS GPU-posted ($tag) $((big >> 20)) MiB np4_rr2 ($((SECONDS - t0)) s): $(grep -E "^$big " "$out/${tag}_big_$big.txt" | head -1)")
+        else
+            summary+=("FAIL GPU-posted ($tag) $((big >> 20)) MiB np4_rr2 ($((SECONDS - t0)) s)")
+            status=1
+            tail -n 5 "$out/${tag}_big_$big.txt"
+        fi
+    done
+}
+
 if meson test -C "$build" --list 2>/dev/null | grep -qx unit; then
     meson test -C "$build" unit >"$out/unit.log" 2>&1 && summary+=("PASS unit") ||
         { summary+=("FAIL unit"); status=1; }
@@ -421,19 +441,7 @@ if [[ $mode == callkernel ]]; then
         RUN_MCA="coll_twohop_gpu_posted=1 coll_twohop_gpu_hop3_gather=$g coll_twohop_timeout=30" \
             check np${np}_rr2_posted_kernel_gather$g $np rr:2 0
     done
-    for big in 268435456 1073741824; do
-        t0=$SECONDS
-        if RUN_MCA="coll_twohop_gpu_posted=1 coll_twohop_timeout=60" run 4 rr:2 0 -- "${shm[@]}" \
-            "$build/mpi_tests/twohop_osu_allreduce" -d cuda -c -f --expect-twohop -T mpi_float \
-            -m $big:$big -i 2 -x 1 >"$out/kernel_big_$big.txt" 2>&1 &&
-            grep -q "GPU-posted [1-9]" "$out/kernel_big_$big.txt"; then
-            summary+=("PASS GPU-posted kernel $((big >> 20)) MiB np4_rr2 ($((SECONDS - t0)) s): $(grep -E "^$big " "$out/kernel_big_$big.txt" | head -1)")
-        else
-            summary+=("FAIL GPU-posted kernel $((big >> 20)) MiB np4_rr2 ($((SECONDS - t0)) s)")
-            status=1
-            tail -n 5 "$out/kernel_big_$big.txt"
-        fi
-    done
+    big_calls kernel "${shm[@]}"
     for np in 4 8; do
         t0=$SECONDS
         if CHECK_VERBOSE=1 RUN_MCA="coll_twohop_enqueue_on_device_min_bytes=0 coll_twohop_timeout=30" \
@@ -583,20 +591,7 @@ if [[ $mode == forms || $mode == posted ]]; then
     # virtual nodes: they hung when the whole call was enqueued before the proxy took it (the
     # stream's queue filled while the GPU waited on a gate only the proxy opens). The timeout
     # turns a hang into a failure.
-    for big in 268435456 1073741824; do
-        t0=$SECONDS
-        if CUDA_VISIBLE_DEVICES=0 bash mpi_tests/run_mpi.sh -n 4 -v rr:2 -b "$build" -t 400 \
-            -m coll_twohop_gpu_posted=1 -m coll_twohop_timeout=60 -- \
-            "$build/mpi_tests/twohop_osu_allreduce" -d cuda -c -f --expect-twohop -T mpi_float \
-            -m $big:$big -i 2 -x 1 >"$out/posted_big_$big.txt" 2>&1 &&
-            grep -q "GPU-posted [1-9]" "$out/posted_big_$big.txt"; then
-            summary+=("PASS GPU-posted $((big >> 20)) MiB np4_rr2 ($((SECONDS - t0)) s): $(grep -E "^$big " "$out/posted_big_$big.txt" | head -1)")
-        else
-            summary+=("FAIL GPU-posted $((big >> 20)) MiB np4_rr2 ($((SECONDS - t0)) s)")
-            status=1
-            tail -n 5 "$out/posted_big_$big.txt"
-        fi
-    done
+    RUN_TIMEOUT=400 big_calls posted
 fi
 if [[ $mode == forms && -n ${OMB_DIR:-} ]]; then
     # The real OSU benchmarks (built by the user, OMB_DIR): validation on device buffers.

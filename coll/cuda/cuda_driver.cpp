@@ -462,24 +462,6 @@ bool preload(int device, const char *name) {
     return g_drv.func_load == nullptr || ok(g_drv.func_load(f), "cuFuncLoad");
 }
 
-bool launch(int device, const char *name, const void *args, std::size_t arg_bytes,
-            unsigned long long n, void *stream) {
-    CtxScope ctx(device);
-    if (!ctx.ok()) return false;
-    CUfunction f = function(device, name);
-    if (f == nullptr) return false;
-    CUstream st = stream ? static_cast<CUstream>(stream) : own_stream(device);
-    if (st == nullptr) return false;
-    if (n == 0) return true;
-    const unsigned block = 256;
-    unsigned long long blocks = (n + block - 1) / block;
-    if (blocks > 4096) blocks = 4096; // grid-stride loop covers the rest
-    void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<void *>(args),
-                     CU_LAUNCH_PARAM_BUFFER_SIZE, &arg_bytes, CU_LAUNCH_PARAM_END};
-    return ok(g_drv.launch_kernel(f, static_cast<unsigned>(blocks), 1, 1, block, 1, 1, 0, st,
-                                  nullptr, extra), "cuLaunchKernel");
-}
-
 bool launch_grid(int device, const char *name, const void *args, std::size_t arg_bytes,
                  unsigned blocks, unsigned threads, void *stream) {
     CtxScope ctx(device);
@@ -492,6 +474,16 @@ bool launch_grid(int device, const char *name, const void *args, std::size_t arg
                      CU_LAUNCH_PARAM_BUFFER_SIZE, &arg_bytes, CU_LAUNCH_PARAM_END};
     return ok(g_drv.launch_kernel(f, blocks, 1, 1, threads, 1, 1, 0, st, nullptr, extra),
               "cuLaunchKernel");
+}
+
+bool launch(int device, const char *name, const void *args, std::size_t arg_bytes,
+            unsigned long long n, void *stream) {
+    if (n == 0) return true;
+    const unsigned block = 256;
+    unsigned long long blocks = (n + block - 1) / block;
+    if (blocks > 4096) blocks = 4096; // grid-stride loop covers the rest
+    return launch_grid(device, name, args, arg_bytes, static_cast<unsigned>(blocks), block,
+                       stream);
 }
 
 int resident_blocks(int device, const char *name, unsigned threads) {
