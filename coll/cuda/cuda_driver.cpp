@@ -6,6 +6,7 @@
 #include <dlfcn.h>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <tuple>
 
@@ -31,6 +32,7 @@ struct Driver {
     CUresult (*launch_kernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
                               unsigned, unsigned, CUstream, void **, void **);
     CUresult (*stream_create)(CUstream *, unsigned int);
+    CUresult (*stream_destroy)(CUstream);
     CUresult (*mem_alloc)(CUdeviceptr *, size_t);
     CUresult (*ipc_close_mem_handle)(CUdeviceptr);
     CUresult (*mem_host_register)(void *, size_t, unsigned int);
@@ -109,6 +111,7 @@ void do_load() {
                sym(h, "cuModuleGetFunction", &g_drv.module_get_function) &&
                sym(h, "cuLaunchKernel", &g_drv.launch_kernel) &&
                sym(h, "cuStreamCreate", &g_drv.stream_create) &&
+               sym(h, "cuStreamDestroy_v2", &g_drv.stream_destroy) &&
                sym(h, "cuMemAlloc_v2", &g_drv.mem_alloc) &&
                sym(h, "cuMemFree_v2", &g_drv.mem_free) &&
                sym(h, "cuIpcCloseMemHandle", &g_drv.ipc_close_mem_handle) &&
@@ -458,8 +461,18 @@ bool preload(int device, const char *name) {
     if (f == nullptr || own_stream(device) == nullptr) return false;
     // Under lazy loading (CUDA_MODULE_LOADING=LAZY, the default since CUDA 12.2) a kernel is
     // loaded at its first use, which may synchronise the context (CUDA C++ Programming Guide,
-    // "Lazy Loading": possible deadlocks when kernels wait on each other).
-    return g_drv.func_load == nullptr || ok(g_drv.func_load(f), "cuFuncLoad");
+    // "Lazy Loading": possible deadlocks when kernels wait on each other). Once per kernel:
+    // callers preload on every call.
+    static std::mutex m;
+    static std::set<CUfunction> loaded;
+    {
+        std::lock_guard<std::mutex> lock(m);
+        if (loaded.count(f)) return true;
+    }
+    if (g_drv.func_load != nullptr && !ok(g_drv.func_load(f), "cuFuncLoad")) return false;
+    std::lock_guard<std::mutex> lock(m);
+    loaded.insert(f);
+    return true;
 }
 
 bool launch_grid(int device, const char *name, const void *args, std::size_t arg_bytes,
@@ -487,6 +500,15 @@ bool launch(int device, const char *name, const void *args, std::size_t arg_byte
 }
 
 int resident_blocks(int device, const char *name, unsigned threads) {
+    // A property of the kernel and the device: asked once (callers ask on every call).
+    static std::mutex m;
+    static std::map<std::tuple<int, std::string, unsigned>, int> known;
+    const auto key = std::make_tuple(device, std::string(name), threads);
+    {
+        std::lock_guard<std::mutex> lock(m);
+        auto it = known.find(key);
+        if (it != known.end()) return it->second;
+    }
     CtxScope ctx(device);
     if (!ctx.ok()) return 0;
     CUfunction f = function(device, name);
@@ -498,6 +520,8 @@ int resident_blocks(int device, const char *name, unsigned threads) {
             "cuDeviceGetAttribute")) {
         return 0;
     }
+    std::lock_guard<std::mutex> lock(m);
+    known[key] = per_sm * sms;
     return per_sm * sms;
 }
 
@@ -526,11 +550,16 @@ bool launch_and_wait(int, const char *, const void *, std::size_t, unsigned long
 bool zero_device(int device, void *p, std::size_t bytes) {
     CtxScope ctx(device);
     if (!ctx.ok()) return false;
-    CUstream st = own_stream(device);
-    return st != nullptr &&
-           ok(g_drv.memset_d8_async(reinterpret_cast<CUdeviceptr>(p), 0, bytes, st),
-              "cuMemsetD8Async") &&
-           ok(g_drv.stream_synchronize(st), "cuStreamSynchronize (memset)");
+    // A stream of its own (non-blocking, empty): the wait is for the memset alone, never for
+    // a call kernel on twohop's stream that waits for the proxy.
+    CUstream st = nullptr;
+    if (!ok(g_drv.stream_create(&st, CU_STREAM_NON_BLOCKING), "cuStreamCreate")) return false;
+    const bool done =
+        ok(g_drv.memset_d8_async(reinterpret_cast<CUdeviceptr>(p), 0, bytes, st),
+           "cuMemsetD8Async") &&
+        ok(g_drv.stream_synchronize(st), "cuStreamSynchronize (memset)");
+    g_drv.stream_destroy(st);
+    return done;
 }
 
 void *device_alloc(int device, std::size_t bytes) {

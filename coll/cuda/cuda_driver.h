@@ -97,8 +97,8 @@ bool launch(int device, const char *name, const void *args, std::size_t arg_byte
 bool launch_grid(int device, const char *name, const void *args, std::size_t arg_bytes,
                  unsigned blocks, unsigned threads, void *stream = nullptr);
 /* How many blocks of `threads` threads of kernel `name` the GPU `device` holds at once (blocks
- * per multiprocessor, cuOccupancyMaxActiveBlocksPerMultiprocessor, times multiprocessors); 0
- * on a driver error. */
+ * per multiprocessor, cuOccupancyMaxActiveBlocksPerMultiprocessor, times multiprocessors;
+ * asked once per kernel and device); 0 on a driver error. */
 int resident_blocks(int device, const char *name, unsigned threads);
 /* launch, then waits for twohop's stream on `device`. */
 bool launch_and_wait(int device, const char *name, const void *args, std::size_t arg_bytes,
@@ -165,8 +165,8 @@ class Fence {
  */
 void *device_alloc(int device, std::size_t bytes);
 void device_free(int device, void *p);
-/* Sets `bytes` of device memory at p to zero and waits for it, on twohop's own (non-blocking)
- * stream: no wait for the application's streams. False on a driver error. */
+/* Sets `bytes` of device memory at p to zero and waits for it, on a new non-blocking stream:
+ * no wait for the application's streams or twohop's. False on a driver error. */
 bool zero_device(int device, void *p, std::size_t bytes);
 
 /*
