@@ -7,7 +7,8 @@
  *        enqueue_allreduce sizes [--max-bytes N]
  *          per message size (8 B .. N, default 256 MiB, x4): how long the enqueue call takes to
  *          return (slowest rank, slowest of the calls), the time per call of enqueued calls back
- *          to back (stream synchronised at the end), and of blocking MPI_Allreduce on the same
+ *          to back (stream synchronised at the end), how long a call issued on an idle
+ *          stream takes to return, and the time per call of blocking MPI_Allreduce on the same
  *          device buffers, in one run
  *        enqueue_allreduce overlap [--blocking] [--bytes N] [--calls K] [--compute-ms T]
  *                                  [--blocks-per-sm B]
@@ -416,11 +417,12 @@ static int sizes(int argc, char **argv) {
     CK(cudaDeviceSynchronize());
     if (rank == 0) {
         printf("# %d ranks; us: enqueue call return (median of rank 0's calls; max over calls and "
-               "ranks: includes waits for a free host copy beyond 4 calls in flight), enqueued "
-               "per call (back to back), blocking MPI_Allreduce per call; ratio "
+               "ranks: includes waits for a free host copy beyond 4 calls in flight), return "
+               "of a call issued on an idle stream (median of 9, slowest rank), enqueued per "
+               "call (back to back), blocking MPI_Allreduce per call; ratio "
                "enqueued/blocking\n", size);
-        printf("%-12s %10s %12s %12s %12s %8s\n", "bytes", "return_p50", "return_max",
-               "enqueued", "blocking", "ratio");
+        printf("%-12s %10s %12s %12s %12s %12s %8s\n", "bytes", "return_p50", "return_max",
+               "return_idle", "enqueued", "blocking", "ratio");
     }
     for (long long bytes = 8; bytes <= max_bytes; bytes *= 4) {
         const int n = (int)(bytes / 4 > 0 ? bytes / 4 : 1);
@@ -464,6 +466,30 @@ static int sizes(int argc, char **argv) {
             MPI_Allreduce(&dt, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
             if (worst < t_blk) t_blk = worst;
         }
+        // The return of a call that finds its stream idle and no call in flight (the ranks
+        // enter together): what the call itself costs the calling thread, without the wait
+        // for a free host copy that back-to-back calls reach once 4 are in flight.
+        double idle[9];
+        for (int k = 0; k < 9; k++) {
+            CK(cudaStreamSynchronize(s));
+            MPI_Barrier(MPI_COMM_WORLD);
+            const double c0 = now_s();
+            if (twohop_allreduce_enqueue(in, out, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, s) !=
+                MPI_SUCCESS) {
+                fail("sizes: enqueue returned an error");
+            }
+            double r = now_s() - c0, worst;
+            MPI_Allreduce(&r, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+            idle[k] = worst;
+        }
+        CK(cudaStreamSynchronize(s));
+        for (int i = 1; i < 9; i++) { // insertion sort
+            for (int j = i; j > 0 && idle[j] < idle[j - 1]; j--) {
+                const double x = idle[j];
+                idle[j] = idle[j - 1];
+                idle[j - 1] = x;
+            }
+        }
         double ret_all = 0;
         MPI_Allreduce(&ret_max, &ret_all, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
         for (int i = 1; i < nret; i++) { // insertion sort
@@ -474,8 +500,9 @@ static int sizes(int argc, char **argv) {
             }
         }
         if (rank == 0) {
-            printf("%-12lld %10.1f %12.1f %12.1f %12.1f %8.2f\n", bytes, rets[nret / 2] * 1e6,
-                   ret_all * 1e6, t_enq / calls * 1e6, t_blk / calls * 1e6, t_enq / t_blk);
+            printf("%-12lld %10.1f %12.1f %12.1f %12.1f %12.1f %8.2f\n", bytes,
+                   rets[nret / 2] * 1e6, ret_all * 1e6, idle[4] * 1e6, t_enq / calls * 1e6,
+                   t_blk / calls * 1e6, t_enq / t_blk);
             fflush(stdout);
         }
     }

@@ -35,7 +35,10 @@
 #          that the kernel ran, then device buffers CPU-posted against GPU-posted with the
 #          kernel (2 and 1 blocks per half, hop 3 gathered from 256 KiB or at every size) and
 #          with stream operations (device_allreduce bench, 4 and 8 ranks), and the stream-ordered size table with the
-#          kernel and without (CALL_MAX: largest size, default 64 MiB).
+#          kernel and without (CALL_MAX: largest size, default 64 MiB). KCFGS: the bench
+#          configurations, "gpu_posted posted_kernel_blocks gpu_hop3_gather_min_bytes
+#          posted_proxy_min_bytes" separated by ';'; KSTREAM: the posted_kernel_blocks values of
+#          the stream-ordered table (default "2 0").
 #   kdiag: where GPU-posted calls spend their time (verbose-3 host timestamps, medians per
 #          size, calling thread or proxy driving, kernel or stream operations) and the call
 #          kernel's grid size swept (coll_twohop_posted_kernel_blocks 1..16) against CPU-posted,
@@ -469,16 +472,17 @@ if [[ $mode == callkernel ]]; then
         status=1
     fi
     for np in 4 8; do
-        for cfg in "0 2 262144" "1 2 262144" "1 0 262144" "1 1 262144" "1 2 0"; do
-            read -r p kb g <<<"$cfg"
-            RUN_MCA="coll_twohop_gpu_posted=$p coll_twohop_posted_kernel_blocks=$kb coll_twohop_gpu_hop3_gather_min_bytes=$g" \
+        IFS=';' read -ra cfgs <<<"${KCFGS:-0 2 262144 1048576;1 2 262144 1048576;1 0 262144 1048576;1 1 262144 1048576;1 2 0 1048576}"
+        for cfg in "${cfgs[@]}"; do
+            read -r p kb g pm <<<"$cfg"
+            f="$out/kbench_p${p}_k${kb}_g${g}_pm${pm}_np$np.txt"
+            RUN_MCA="coll_twohop_gpu_posted=$p coll_twohop_posted_kernel_blocks=$kb coll_twohop_gpu_hop3_gather_min_bytes=$g coll_twohop_posted_proxy_min_bytes=$pm" \
                 run $np rr:2 0 -- "${shm[@]}" "$build/mpi_tests/device_allreduce" bench \
-                --max ${CALL_MAX:-67108864} --pinned >"$out/kbench_p${p}_k${kb}_g${g}_np$np.txt" 2>&1 ||
-                status=1
-            echo "== device buffers, $np ranks, 2 virtual nodes (shm), gpu_posted=$p posted_kernel_blocks=$kb gpu_hop3_gather_min_bytes=$g"
-            grep -E "^#|^ +[0-9]" "$out/kbench_p${p}_k${kb}_g${g}_np$np.txt"
+                --max ${CALL_MAX:-67108864} --pinned >"$f" 2>&1 || status=1
+            echo "== device buffers, $np ranks, 2 virtual nodes (shm), gpu_posted=$p posted_kernel_blocks=$kb gpu_hop3_gather_min_bytes=$g posted_proxy_min_bytes=$pm"
+            grep -E "^#|^ +[0-9]" "$f"
         done
-        for kb in 2 0; do
+        for kb in ${KSTREAM:-2 0}; do
             RUN_MCA="coll_twohop_posted_kernel_blocks=$kb coll_twohop_enqueue_on_device_min_bytes=0" \
                 run $np rr:2 0 -- "${shm[@]}" \
                 "$build/mpi_tests/enqueue_allreduce" sizes --max-bytes ${CALL_MAX:-67108864} \
