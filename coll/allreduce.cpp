@@ -17,6 +17,7 @@
 #include "cuda_driver.h"
 #include "gpu_node.h"
 #include "memory_kind.h"
+#include "posted/proxy.h"
 #include "schedule/engine.h"
 #include "schedule/stream_call.h"
 
@@ -227,6 +228,12 @@ int run_call(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out
     // the pipeline can (the latency path stays on the host).
     if (c->gpu_round && (c->topo.n_nodes() == 1 || !latency)) {
         bool taken = false;
+        // A GPU-posted call the proxy thread will run: wake it now, so that its wake-up
+        // overlaps the node's rounds and the launch (gpu_posted_pipeline).
+        if (!enqueue && c->gpu_posted && c->topo.n_nodes() > 1 &&
+            count * red.item_bytes >= c->posted_proxy_min_bytes) {
+            twohop::Proxy::instance().prewake();
+        }
         if (enqueue && c->topo.n_nodes() == 1) {
             rc = gpu_node_enqueue(c, in, out, count, red, stream, &taken);
             if (rc != TWOHOP_OK) return rc;

@@ -1021,6 +1021,8 @@ class RingBackend : public twohop::PostedBackend {
         }
     }
     int drained() override { return drained_(); }
+    /* How many of the call's finish gates are open (nseg: only hop 3 and the end remain). */
+    uint64_t finish_gates() const { return gate_finish_; }
 
   private:
     twohop_comm *c_;
@@ -1125,9 +1127,11 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
     const Clock::time_point t_start = Clock::now();
     double t_first = -1, t_hop2 = -1;
     const bool timed = c->verbose >= 3;
+    std::atomic<bool> near{false}; // the last finish gate is open (Proxy::run's `near`)
     auto step = [&]() {
         if (enqueue_failed.load(std::memory_order_acquire)) return int(TWOHOP_ERR_TRANSPORT);
         const int st = job.step(twohop::Proxy::kPending);
+        if (backend.finish_gates() == nseg) near.store(true, std::memory_order_release);
         if (timed) {
             const double t = std::chrono::duration<double, std::micro>(Clock::now() - t_start)
                                  .count();
@@ -1137,10 +1141,12 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
         return st;
     };
     // Small calls: the calling thread drives the host side itself (no hand-off to the proxy and
-    // back, tens of microseconds each when a thread must wake); large ones sleep meanwhile.
+    // back, tens of microseconds each when a thread must wake); large ones sleep meanwhile,
+    // until the last finish gate opens (then the caller spins for the GPU's last hop 3: its
+    // wake-up overlaps it). The proxy was woken when the call began (run_call: prewake).
     int rc;
     if (count * red.item_bytes >= c->posted_proxy_min_bytes) {
-        rc = twohop::Proxy::instance().run(step, enqueue_more);
+        rc = twohop::Proxy::instance().run(step, enqueue_more, &near);
     } else {
         for (bool more = true;;) {
             if (more) more = enqueue_more();
@@ -1445,11 +1451,13 @@ int gpu_stream_posted(twohop_comm *c, const twohop_userbuf &in, const twohop_use
         char msg[320];
         std::snprintf(msg, sizeof(msg),
                       "stream-ordered call on the device buffers: %llu B, %llu segments "
-                      "GPU-posted on the application's stream (%s)%s; rounds %.1f us, enqueue "
-                      "%.1f us", static_cast<unsigned long long>(bytes),
+                      "GPU-posted on the application's stream (%s)%s; before the rounds %.1f "
+                      "us, rounds %.1f us, enqueue %.1f us",
+                      static_cast<unsigned long long>(bytes),
                       static_cast<unsigned long long>(nseg),
                       kernel_blocks > 0 ? "one kernel" : "stream operations per segment",
                       gathered ? ", hop 3 gathered on the GPU" : "",
+                      std::chrono::duration<double, std::micro>(t_start - slot.entry).count(),
                       std::chrono::duration<double, std::micro>(t_rounds - t_start).count(),
                       std::chrono::duration<double, std::micro>(t_end - t_rounds).count());
         c->host.log(3, msg);

@@ -20,6 +20,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -222,6 +223,7 @@ struct GpuStreamSlot {
     std::atomic<int> *enqueue_state; // 0 enqueueing, 1 enqueued, -1 enqueueing failed
     int index;                      // the slot's place among the communicator's
                                     // (0 .. StreamSlots::kMax - 1): its call kernel counters
+    std::chrono::steady_clock::time_point entry{}; // when the call reached twohop (verbose 3)
 };
 int gpu_stream_posted(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out,
                       uint64_t count, const twohop_reduction &red, void *stream,

@@ -38,7 +38,9 @@
 #          kernel and without (CALL_MAX: largest size, default 64 MiB). KCFGS: the bench
 #          configurations, "gpu_posted posted_kernel_blocks gpu_hop3_gather_min_bytes
 #          posted_proxy_min_bytes" separated by ';'; KSTREAM: the posted_kernel_blocks values of
-#          the stream-ordered table (default "2 0").
+#          the stream-ordered table (default "2 0"); KSTREAM_POSTED: gpu_posted of its blocking
+#          calls (default 1); KSTREAM_VERBOSE=3: the calling thread's phases of its idle-stream
+#          calls.
 #   kdiag: where GPU-posted calls spend their time (verbose-3 host timestamps, medians per
 #          size, calling thread or proxy driving, kernel or stream operations) and the call
 #          kernel's grid size swept (coll_twohop_posted_kernel_blocks 1..16) against CPU-posted,
@@ -483,12 +485,30 @@ if [[ $mode == callkernel ]]; then
             grep -E "^#|^ +[0-9]" "$f"
         done
         for kb in ${KSTREAM:-2 0}; do
-            RUN_MCA="coll_twohop_posted_kernel_blocks=$kb coll_twohop_enqueue_on_device_min_bytes=0" \
+            f="$out/kstream_np${np}_k$kb.txt"
+            RUN_MCA="coll_twohop_posted_kernel_blocks=$kb coll_twohop_enqueue_on_device_min_bytes=0 coll_twohop_gpu_posted=${KSTREAM_POSTED:-1} coll_twohop_verbose=${KSTREAM_VERBOSE:-0}" \
                 run $np rr:2 0 -- "${shm[@]}" \
                 "$build/mpi_tests/enqueue_allreduce" sizes --max-bytes ${CALL_MAX:-67108864} \
-                >"$out/kstream_np${np}_k$kb.txt" 2>&1 || status=1
-            echo "== stream-ordered on 2 virtual nodes (shm), $np ranks, posted_kernel_blocks=$kb"
-            grep -E "^#|^[0-9b]" "$out/kstream_np${np}_k$kb.txt"
+                >"$f" 2>&1 || status=1
+            echo "== stream-ordered on 2 virtual nodes (shm), $np ranks, posted_kernel_blocks=$kb, blocking calls gpu_posted=${KSTREAM_POSTED:-1}"
+            grep -E "^#|^[0-9b]" "$f"
+            # Verbose 3: the calling thread's phases of the calls issued on an idle stream (each
+            # size's last 9 calls on every rank), medians and maxima over ranks and calls (us).
+            ((${KSTREAM_VERBOSE:-0} >= 3)) && python3 - "$f" <<'PY'
+import re, sys, statistics as st
+calls = {}
+pat = re.compile(r"\[[^:]*:(\d+)\].*stream-ordered call on the device buffers: (\d+) B.*"
+                 r"before the rounds ([\d.]+) us, rounds ([\d.]+) us, enqueue ([\d.]+) us")
+for line in open(sys.argv[1], errors="replace"):
+    m = pat.search(line)
+    if m:
+        calls.setdefault((int(m[2]), m[1]), []).append([float(m[3]), float(m[4]), float(m[5])])
+print("idle-stream calls: bytes  before(p50/max)  rounds(p50/max)  enqueue(p50/max)")
+for b in sorted({k[0] for k in calls}):
+    rows = [r for (bb, pid), v in calls.items() if bb == b for r in v[-9:]]
+    cols = list(zip(*rows))
+    print(f"{b:>12} " + "  ".join(f"{st.median(c):8.1f}/{max(c):8.1f}" for c in cols))
+PY
         done
     done
     echo "================ gpu_check summary"

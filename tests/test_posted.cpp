@@ -121,6 +121,52 @@ TEST(Proxy, CallerSleepsWhileTheJobRuns) {
     EXPECT_LT(caller, 0.02) << "the waiting caller used " << caller << " s of CPU";
 }
 
+// run(..., near): the caller sleeps until `near`, spins at most Proxy::kNearSpin, then sleeps
+// again until the end: a job that stays near for 150 ms costs the caller no more than that.
+TEST(Proxy, CallerWokenNearTheEndSpinsBoundedThenSleeps) {
+    Proxy p;
+    std::atomic<bool> near{false};
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto near_at = t0 + std::chrono::milliseconds(50);
+    const auto end_at = t0 + std::chrono::milliseconds(200);
+    timespec a, b;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
+    int alongside_calls = 0;
+    const int st = p.run(
+        [&] {
+            const auto now = std::chrono::steady_clock::now();
+            if (now >= near_at) near.store(true);
+            return now >= end_at ? 5 : Proxy::kPending;
+        },
+        [&] { return ++alongside_calls < 3; }, &near);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
+    EXPECT_EQ(st, 5);
+    EXPECT_EQ(alongside_calls, 3);
+    EXPECT_GE(std::chrono::steady_clock::now(), end_at);
+    const double caller = (b.tv_sec - a.tv_sec) + 1e-9 * (b.tv_nsec - a.tv_nsec);
+    EXPECT_LT(caller, 0.02) << "the caller used " << caller << " s of CPU";
+}
+
+// prewake() wakes an idle proxy for a bounded spin: it then sleeps again, and runs jobs.
+TEST(Proxy, PrewakeSpinsBrieflyThenSleeps) {
+    Proxy p;
+    p.prewake(); // no thread yet: nothing happens
+    EXPECT_FALSE(p.running());
+    ASSERT_EQ(p.run([] { return 1; }), 1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20)); // asleep now
+    const pthread_t h = p.handle();
+    const double c0 = thread_cpu_s(h);
+    for (int i = 0; i < 5; ++i) {
+        p.prewake();
+        std::this_thread::sleep_for(std::chrono::milliseconds(60));
+    }
+    const double used = thread_cpu_s(h) - c0;
+    EXPECT_LT(used, 0.05) << "5 prewakes cost the proxy " << used << " s of CPU in 0.3 s";
+    p.prewake();
+    EXPECT_EQ(p.run([] { return 2; }), 2); // a job queued during the prewoken spin
+    EXPECT_EQ(p.jobs_done(), 2u);
+}
+
 TEST(Proxy, StopWithAJobInFlightEndsItWithAnError) {
     Proxy p;
     std::atomic<bool> started{false};

@@ -12,8 +12,14 @@ Proxy &Proxy::instance() {
 int Proxy::run(std::function<int()> step) { return run(std::move(step), nullptr); }
 
 int Proxy::run(std::function<int()> step, const std::function<bool()> &alongside) {
+    return run(std::move(step), alongside, nullptr);
+}
+
+int Proxy::run(std::function<int()> step, const std::function<bool()> &alongside,
+               const std::atomic<bool> *near) {
     Job job;
     job.step = std::move(step);
+    job.near = near;
     std::unique_lock<std::mutex> lock(m_);
     if (stopping_ || stopped_) return kStopped;
     if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
@@ -26,13 +32,30 @@ int Proxy::run(std::function<int()> step, const std::function<bool()> &alongside
         more = alongside();
         if (more) std::this_thread::sleep_for(kAlongsidePause);
     }
-    const auto until = std::chrono::steady_clock::now() + kSpin;
-    while (!job.finished.load(std::memory_order_acquire) &&
-           std::chrono::steady_clock::now() < until) {
+    auto finished = [&job] { return job.finished.load(std::memory_order_acquire); };
+    if (near == nullptr) {
+        const auto until = std::chrono::steady_clock::now() + kSpin;
+        while (!finished() && std::chrono::steady_clock::now() < until) {
+        }
+    } else {
+        lock.lock();
+        done_.wait(lock, [&] { return finished() || near->load(std::memory_order_acquire); });
+        lock.unlock();
+        const auto until = std::chrono::steady_clock::now() + kNearSpin;
+        while (!finished() && std::chrono::steady_clock::now() < until) {
+        }
     }
     lock.lock();
-    done_.wait(lock, [&job] { return job.finished.load(std::memory_order_acquire); });
+    done_.wait(lock, finished);
     return job.status;
+}
+
+void Proxy::prewake() {
+    if (!asleep_.load(std::memory_order_relaxed)) return;
+    std::lock_guard<std::mutex> lock(m_);
+    if (!thread_.joinable() || stopping_ || stopped_) return;
+    prewoken_ = true;
+    work_.notify_one();
 }
 
 bool Proxy::submit(std::function<int()> step) {
@@ -57,15 +80,20 @@ void Proxy::loop() {
     for (;;) {
         if (jobs_.empty() && !stopping_) { // spin a little before sleeping: see proxy.h
             const uint64_t seen = queued_.load(std::memory_order_acquire);
+            const auto spin = prewoken_ ? kPrewakeSpin : kSpin;
+            prewoken_ = false;
             lock.unlock();
-            const auto until = std::chrono::steady_clock::now() + kSpin;
+            const auto until = std::chrono::steady_clock::now() + spin;
             while (queued_.load(std::memory_order_acquire) == seen &&
                    std::chrono::steady_clock::now() < until) {
             }
             lock.lock();
         }
-        work_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
+        asleep_.store(true, std::memory_order_relaxed);
+        work_.wait(lock, [this] { return stopping_ || !jobs_.empty() || prewoken_; });
+        asleep_.store(false, std::memory_order_relaxed);
         if (stopping_) break;
+        if (jobs_.empty()) continue; // prewoken: spin for the job that is coming
         batch.assign(jobs_.begin(), jobs_.end());
         lock.unlock();
         // Steps run without the lock: a new job can be queued meanwhile.
@@ -82,6 +110,14 @@ void Proxy::loop() {
             }
         }
         lock.lock();
+        bool wake = !finished.empty();
+        for (Job *j : batch) { // callers sleeping until their job's `near` (run(..., near))
+            if (j->near != nullptr && !j->near_told &&
+                j->near->load(std::memory_order_acquire)) {
+                j->near_told = true;
+                wake = true;
+            }
+        }
         for (Job *j : finished) {
             jobs_.remove(j);
             ++jobs_done_;
@@ -91,7 +127,7 @@ void Proxy::loop() {
                 j->finished.store(true, std::memory_order_release);
             }
         }
-        if (!finished.empty()) done_.notify_all();
+        if (wake) done_.notify_all();
     }
     for (Job *j : jobs_) { // abandoned: their callers get kStopped
         if (j->detached) {

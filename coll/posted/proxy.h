@@ -65,6 +65,27 @@ class Proxy {
      */
     int run(std::function<int()> step, const std::function<bool()> &alongside);
     static constexpr std::chrono::microseconds kAlongsidePause{20};
+    /*
+     * run(step, alongside), for a long job whose end can be foreseen: `near` (written by the
+     * job's step, read by the proxy and the caller) turns true when the rest of the job is
+     * short (a GPU-posted call: its last gate opened, only the GPU's hop 3 and the end remain).
+     * The caller does not spin after queueing the job; it sleeps until `near` or the end, and
+     * from `near` spins up to kNearSpin for the end, so the wake-up of a sleeping thread
+     * (tens of microseconds) overlaps the job's tail instead of following it.
+     */
+    int run(std::function<int()> step, const std::function<bool()> &alongside,
+            const std::atomic<bool> *near);
+    static constexpr std::chrono::microseconds kNearSpin{1000};
+
+    /*
+     * Wakes a sleeping proxy thread to spin up to kPrewakeSpin for a job that is about to be
+     * queued (a GPU-posted call about to run its node's rounds), so that its wake-up overlaps
+     * the caller's rounds and launch instead of delaying the first doorbell. Costs the
+     * proxy's CPU, never the caller's beyond one futex wake; nothing when it is awake. Does not
+     * start the thread.
+     */
+    void prewake();
+    static constexpr std::chrono::microseconds kPrewakeSpin{300};
 
     /*
      * Queues `step` on the proxy thread without waiting for it (asynchronous progress of calls
@@ -92,6 +113,8 @@ class Proxy {
         int status = kPending;
         std::atomic<bool> finished{false};
         bool detached = false; // submit(): nobody waits, the proxy deletes it
+        const std::atomic<bool> *near = nullptr; // run(..., near): see there
+        bool near_told = false;                  // the caller was woken for `near`
     };
     void loop();
 
@@ -100,6 +123,8 @@ class Proxy {
     std::condition_variable done_;   // callers wait here for their job
     std::list<Job *> jobs_;
     std::atomic<uint64_t> queued_{0}; // jobs ever queued (read without the lock while spinning)
+    std::atomic<bool> asleep_{false}; // the proxy waits on work_ (prewake's hint, no lock)
+    bool prewoken_ = false;            // prewake() asked for a spin (under m_)
     std::thread thread_;
     bool stopping_ = false, stopped_ = false;
     uint64_t jobs_done_ = 0;

@@ -135,6 +135,7 @@ int twohop_stream_enqueue_multinode(twohop_comm *c, const twohop_userbuf &in,
                                     const twohop_reduction &red, void *stream, bool *taken,
                                     char *why, size_t whylen) {
     namespace cuda = twohop::cuda;
+    const auto entry = std::chrono::steady_clock::now();
     *taken = false;
     // What can stay on the stream: canonical device buffers, a predefined op (the proxy
     // thread runs the host side: no user function there), and the proxy allowed to drive UCX
@@ -191,7 +192,7 @@ int twohop_stream_enqueue_multinode(twohop_comm *c, const twohop_userbuf &in,
                                &slot->words->released, &slot->words_dev->released,
                                token,              &slot->token,
                                &slot->job_live,    &slot->enqueue_state,
-                               slot->index};
+                               slot->index,        entry};
         auto submit = [c](std::unique_ptr<twohop::Job> job) {
             return twohop::submit_job(c, std::move(job), twohop::stream_done, nullptr, true,
                                       false);
