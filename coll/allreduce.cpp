@@ -228,6 +228,10 @@ int run_call(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out
     // the pipeline can (the latency path stays on the host).
     if (c->gpu_round && (c->topo.n_nodes() == 1 || !latency)) {
         bool taken = false;
+        if (c->verbose >= 3) {
+            c->gpu_hop1.call_entry = std::chrono::steady_clock::now();
+            c->gpu_hop1.call_entry_cpu = twohop::thread_cpu_s();
+        }
         // A GPU-posted call the proxy thread will run: wake it now, so that its wake-up
         // overlaps the node's rounds and the launch (gpu_posted_pipeline).
         if (!enqueue && c->gpu_posted && c->topo.n_nodes() > 1 &&

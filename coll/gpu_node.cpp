@@ -1127,6 +1127,7 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
     const Clock::time_point t_start = Clock::now();
     double t_first = -1, t_hop2 = -1;
     const bool timed = c->verbose >= 3;
+    const double cpu_start = timed ? twohop::thread_cpu_s() : 0;
     std::atomic<bool> near{false}; // the last finish gate is open (Proxy::run's `near`)
     auto step = [&]() {
         if (enqueue_failed.load(std::memory_order_acquire)) return int(TWOHOP_ERR_TRANSPORT);
@@ -1172,15 +1173,19 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
     h.pending = false;
     g_posted_calls.fetch_add(1, std::memory_order_relaxed);
     if (timed) {
-        char msg[320];
+        const double cpu_end = twohop::thread_cpu_s();
+        char msg[400];
         std::snprintf(msg, sizeof(msg),
                       "GPU-posted call: %llu B, %llu segments, %llu doorbells seen by the proxy, "
-                      "%s; first descriptor %.1f us, hop 2 done %.1f us, end %.1f us",
+                      "%s; rounds %.1f us (calling thread's CPU %.1f us); from the rounds' end: "
+                      "first descriptor %.1f us, hop 2 done %.1f us, end %.1f us (CPU %.1f us)",
                       static_cast<unsigned long long>(count * red.item_bytes),
                       static_cast<unsigned long long>(nseg), static_cast<unsigned long long>(bells),
                       kernel_blocks > 0 ? "one kernel" : "stream operations per segment",
-                      t_first, t_hop2,
-                      std::chrono::duration<double, std::micro>(Clock::now() - t_start).count());
+                      std::chrono::duration<double, std::micro>(t_start - h.call_entry).count(),
+                      1e6 * (cpu_start - h.call_entry_cpu), t_first, t_hop2,
+                      std::chrono::duration<double, std::micro>(Clock::now() - t_start).count(),
+                      1e6 * (cpu_end - cpu_start));
         c->host.log(3, msg);
     }
     return TWOHOP_OK;

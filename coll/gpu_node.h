@@ -22,6 +22,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <ctime>
 #include <functional>
 #include <map>
 #include <memory>
@@ -84,8 +85,21 @@ int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_us
  * copies go to twohop's own stream; the pipeline polls a fence (a CUDA event) while it keeps
  * the other segment's hop-2 transfers moving, instead of blocking in a stream synchronisation.
  */
+namespace twohop {
+/* The calling thread's CPU time in seconds (CLOCK_THREAD_CPUTIME_ID; 0 if unavailable). */
+inline double thread_cpu_s() {
+    timespec t{};
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t) != 0) return 0;
+    return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+} // namespace twohop
+
 struct GpuHop1 {
     bool active = false;            // this call's pipeline runs hop 1 and hop 3 on the GPU
+    // Verbose 3: when the current blocking call reached run_call, and the calling thread's CPU
+    // time then (seconds, CLOCK_THREAD_CPUTIME_ID): the GPU-posted call logs its rounds' share.
+    std::chrono::steady_clock::time_point call_entry{};
+    double call_entry_cpu = 0;
     int device = -1;
     bool one_device = false;        // every local input is on this rank's GPU
     char *in[16] = {};              // every local rank's input (canonical start), mapped here

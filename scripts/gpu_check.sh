@@ -41,10 +41,13 @@
 #          the stream-ordered table (default "2 0"); KSTREAM_POSTED: gpu_posted of its blocking
 #          calls (default 1); KSTREAM_VERBOSE=3: the calling thread's phases of its idle-stream
 #          calls.
-#   kdiag: where GPU-posted calls spend their time (verbose-3 host timestamps, medians per
-#          size, calling thread or proxy driving, kernel or stream operations) and the call
-#          kernel's grid size swept (coll_twohop_posted_kernel_blocks 1..16) against CPU-posted,
-#          4 and 8 ranks on two virtual nodes over shared memory.
+#   kdiag: where GPU-posted calls spend their time (verbose-3 host timestamps and the calling
+#          thread's CPU time in the rounds and after them, medians per size, calling thread or
+#          proxy driving, kernel or stream operations; KDIAG_CFGS: "posted_kernel_blocks
+#          posted_proxy_min_bytes" separated by ';') and the call kernel's grid size swept
+#          (coll_twohop_posted_kernel_blocks 1..16; KDIAG_SWEEP: "gpu_posted blocks" separated
+#          by ';', empty to skip) against CPU-posted, 4 and 8 ranks on two virtual nodes over
+#          shared memory.
 #   small8: 8 ranks on one GPU, 8 B - 2 KiB swept three times in one run, and the phases of
 #          8 B calls alone.
 #   formsbench: the timings of mode forms only (forms_bench at 8 and 16 ranks; with OMB_DIR
@@ -403,7 +406,8 @@ fi
 if [[ $mode == kdiag ]]; then
     shm=(bash -c 'OMPI_MCA_coll_twohop_vnode_shm_transport=1 exec "$@"' _)
     for np in 4 8; do
-        for cfg in "8 1048576" "8 0" "0 1048576"; do
+        IFS=';' read -ra kcfgs <<<"${KDIAG_CFGS:-8 1048576;8 0;0 1048576}"
+        for cfg in "${kcfgs[@]}"; do
             read -r kb pm <<<"$cfg"
             RUN_MCA="coll_twohop_verbose=3 coll_twohop_gpu_posted=1 coll_twohop_posted_kernel_blocks=$kb coll_twohop_posted_proxy_min_bytes=$pm" \
                 run $np rr:2 0 -- "${shm[@]}" "$build/mpi_tests/twohop_osu_allreduce" -d cuda \
@@ -414,17 +418,22 @@ if [[ $mode == kdiag ]]; then
 import re, statistics, sys
 per = {}
 for line in open(sys.argv[1], errors="replace"):
-    m = re.search(r"GPU-posted call: (\d+) B.*first descriptor ([-0-9.]+) us, hop 2 done ([-0-9.]+) us, end ([-0-9.]+) us", line)
+    m = re.search(r"GPU-posted call: (\d+) B.*rounds ([-0-9.]+) us \(calling thread's CPU ([-0-9.]+) us\).*first descriptor ([-0-9.]+) us, hop 2 done ([-0-9.]+) us, end ([-0-9.]+) us \(CPU ([-0-9.]+) us\)", line)
     if m:
-        per.setdefault(int(m.group(1)), []).append(tuple(float(m.group(i)) for i in (2, 3, 4)))
+        per.setdefault(int(m.group(1)), []).append(tuple(float(m.group(i)) for i in range(2, 8)))
+names = ("rounds", "rounds_cpu", "first", "hop2", "end", "end_cpu")
+print(f"{'bytes':>10} {'calls':>5} " + " ".join(f"{n:>10}" for n in names) + "   (medians; end_cpu p90)")
 for b in sorted(per):
     v = per[b]
-    print(f"{b:>10} calls {len(v):>5} first {statistics.median(x[0] for x in v):8.1f} "
-          f"hop2 {statistics.median(x[1] for x in v):8.1f} end {statistics.median(x[2] for x in v):8.1f}")
+    cols = list(zip(*v))
+    p90 = sorted(cols[5])[int(0.9 * (len(v) - 1))]
+    print(f"{b:>10} {len(v):>5} " + " ".join(f"{statistics.median(c):10.1f}" for c in cols) +
+          f"   {p90:.1f}")
 PY
             grep -E "^[0-9]" "$out/kdiag_v3_np${np}_k${kb}_p$pm.txt" | head -20
         done
-        for cfg in "0 8" "1 1" "1 2" "1 4" "1 8" "1 16"; do
+        IFS=';' read -ra bcfgs <<<"${KDIAG_SWEEP-0 8;1 1;1 2;1 4;1 8;1 16}"
+        for cfg in "${bcfgs[@]}"; do
             read -r p kb <<<"$cfg"
             RUN_MCA="coll_twohop_gpu_posted=$p coll_twohop_posted_kernel_blocks=$kb" run $np rr:2 0 -- \
                 "${shm[@]}" "$build/mpi_tests/device_allreduce" bench \
