@@ -101,9 +101,16 @@ __device__ bool arrive(const PostedCallArgs &a, int event, int set, uint64_t use
     return last != 0;
 }
 
+/* Loads each thread keeps in flight in copy_words: the result in host memory is read over
+ * PCIe, where one load per thread at a time (the compiler cannot hoist a load above the
+ * previous store, which may alias it) leaves the link mostly idle: 2 blocks of 512 threads
+ * x 16 B = 16 KiB in flight per round trip. */
+constexpr int kCopyUnroll = 4;
+
 /* n bytes as words W (W bytes wide) from the first W-aligned destination byte, the bytes
  * before and after one at a time; loads with ld.cv (host memory written by the proxy, peers'
- * buffers written after the launch). Source and destination share their offset modulo W. */
+ * buffers written after the launch), kCopyUnroll at a time before their stores. Source and
+ * destination share their offset modulo W and do not overlap. */
 template <typename W>
 __device__ void copy_words(char *dst, const char *src, unsigned long long n,
                            unsigned long long tid, unsigned long long stride) {
@@ -113,7 +120,21 @@ __device__ void copy_words(char *dst, const char *src, unsigned long long n,
     const unsigned long long nvec = (n - head) / sizeof(W);
     const W *sv = reinterpret_cast<const W *>(src + head);
     W *dv = reinterpret_cast<W *>(dst + head);
-    for (unsigned long long j = tid; j < nvec; j += stride) dv[j] = __ldcv(sv + j);
+    unsigned long long j = tid;
+    if (nvec + kCopyUnroll * stride < (1ull << 32)) { // 32-bit indices: fewer registers
+        unsigned int i = static_cast<unsigned int>(tid);
+        const unsigned int st = static_cast<unsigned int>(stride),
+                           nv = static_cast<unsigned int>(nvec);
+        for (; i + (kCopyUnroll - 1) * st < nv; i += kCopyUnroll * st) {
+            W v[kCopyUnroll];
+#pragma unroll
+            for (int u = 0; u < kCopyUnroll; ++u) v[u] = __ldcv(sv + i + u * st);
+#pragma unroll
+            for (int u = 0; u < kCopyUnroll; ++u) dv[i + u * st] = v[u];
+        }
+        j = i;
+    }
+    for (; j < nvec; j += stride) dv[j] = __ldcv(sv + j);
     const unsigned long long tail0 = head + nvec * sizeof(W), scalars = head + (n - tail0);
     const unsigned char *sb = reinterpret_cast<const unsigned char *>(src);
     unsigned char *db = reinterpret_cast<unsigned char *>(dst);
@@ -256,7 +277,7 @@ template <typename T, typename Op> __device__ void posted_call(const PostedCallA
 } // namespace
 
 #define TWOHOP_DEFINE_CALL_KERNEL(D, T, OP, F)                                                 \
-    extern "C" __global__ void __launch_bounds__(512)                                          \
+    extern "C" __global__ void __launch_bounds__(512, 2)                                       \
         th_call_##D##_##OP(const __grid_constant__ twohop::PostedCallArgs a) {                 \
         posted_call<T, F>(a);                                                                  \
     }

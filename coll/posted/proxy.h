@@ -75,7 +75,7 @@ class Proxy {
      */
     int run(std::function<int()> step, const std::function<bool()> &alongside,
             const std::atomic<bool> *near);
-    static constexpr std::chrono::microseconds kNearSpin{1000};
+    static constexpr std::chrono::microseconds kNearSpin{250};
 
     /*
      * Wakes a sleeping proxy thread to spin up to kPrewakeSpin for a job that is about to be
