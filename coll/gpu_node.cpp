@@ -1147,7 +1147,8 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
     // wake-up overlaps it). The proxy was woken when the call began (run_call: prewake).
     int rc;
     if (count * red.item_bytes >= c->posted_proxy_min_bytes) {
-        rc = twohop::Proxy::instance().run(step, enqueue_more, &near);
+        rc = twohop::Proxy::instance().run(step, enqueue_more,
+                                           c->posted_wake_early ? &near : nullptr);
     } else {
         for (bool more = true;;) {
             if (more) more = enqueue_more();

@@ -37,7 +37,7 @@
 #          with stream operations (device_allreduce bench, 4 and 8 ranks), and the stream-ordered size table with the
 #          kernel and without (CALL_MAX: largest size, default 64 MiB). KCFGS: the bench
 #          configurations, "gpu_posted posted_kernel_blocks gpu_hop3_gather_min_bytes
-#          posted_proxy_min_bytes" separated by ';'; KSTREAM: the posted_kernel_blocks values of
+#          posted_proxy_min_bytes [posted_wake_early]" separated by ';'; KSTREAM: the posted_kernel_blocks values of
 #          the stream-ordered table (default "2 0"); KSTREAM_POSTED: gpu_posted of its blocking
 #          calls (default 1); KSTREAM_VERBOSE=3: the calling thread's phases of its idle-stream
 #          calls.
@@ -485,12 +485,13 @@ if [[ $mode == callkernel ]]; then
     for np in 4 8; do
         IFS=';' read -ra cfgs <<<"${KCFGS:-0 2 262144 1048576;1 2 262144 1048576;1 0 262144 1048576;1 1 262144 1048576;1 2 0 1048576}"
         for cfg in "${cfgs[@]}"; do
-            read -r p kb g pm <<<"$cfg"
-            f="$out/kbench_p${p}_k${kb}_g${g}_pm${pm}_np$np.txt"
-            RUN_MCA="coll_twohop_gpu_posted=$p coll_twohop_posted_kernel_blocks=$kb coll_twohop_gpu_hop3_gather_min_bytes=$g coll_twohop_posted_proxy_min_bytes=$pm" \
+            read -r p kb g pm we <<<"$cfg"
+            we=${we:-1}
+            f="$out/kbench_p${p}_k${kb}_g${g}_pm${pm}_we${we}_np$np.txt"
+            RUN_MCA="coll_twohop_gpu_posted=$p coll_twohop_posted_kernel_blocks=$kb coll_twohop_gpu_hop3_gather_min_bytes=$g coll_twohop_posted_proxy_min_bytes=$pm coll_twohop_posted_wake_early=$we" \
                 run $np rr:2 0 -- "${shm[@]}" "$build/mpi_tests/device_allreduce" bench \
                 --max ${CALL_MAX:-67108864} --pinned >"$f" 2>&1 || status=1
-            echo "== device buffers, $np ranks, 2 virtual nodes (shm), gpu_posted=$p posted_kernel_blocks=$kb gpu_hop3_gather_min_bytes=$g posted_proxy_min_bytes=$pm"
+            echo "== device buffers, $np ranks, 2 virtual nodes (shm), gpu_posted=$p posted_kernel_blocks=$kb gpu_hop3_gather_min_bytes=$g posted_proxy_min_bytes=$pm posted_wake_early=$we"
             grep -E "^#|^ +[0-9]" "$f"
         done
         for kb in ${KSTREAM:-2 0}; do
