@@ -38,7 +38,7 @@
 #          kernel and without (CALL_MAX: largest size, default 64 MiB). KCFGS: the bench
 #          configurations, "gpu_posted posted_kernel_blocks gpu_hop3_gather_min_bytes
 #          posted_proxy_min_bytes [posted_wake_early]" separated by ';'; KSTREAM: the posted_kernel_blocks values of
-#          the stream-ordered table (default "2 0"); KSTREAM_POSTED: gpu_posted of its blocking
+#          the stream-ordered table (default "2 0"); KNPS: their rank counts (default "4 8"); KSTREAM_POSTED: gpu_posted of its blocking
 #          calls (default 1); KSTREAM_VERBOSE=3: the calling thread's phases of its idle-stream
 #          calls.
 #   kdiag: where GPU-posted calls spend their time (verbose-3 host timestamps and the calling
@@ -482,7 +482,7 @@ if [[ $mode == callkernel ]]; then
         summary+=("FAIL verbose 3: one kernel $n2 blocking, $n3 stream-ordered; stream operations $n1")
         status=1
     fi
-    for np in 4 8; do
+    for np in ${KNPS:-4 8}; do
         IFS=';' read -ra cfgs <<<"${KCFGS:-0 2 262144 1048576;1 2 262144 1048576;1 0 262144 1048576;1 1 262144 1048576;1 2 0 1048576}"
         for cfg in "${cfgs[@]}"; do
             read -r p kb g pm we <<<"$cfg"
