@@ -38,7 +38,7 @@
 #          kernel and without (CALL_MAX: largest size, default 64 MiB). KCFGS: the bench
 #          configurations, "gpu_posted posted_kernel_blocks gpu_hop3_gather_min_bytes
 #          posted_proxy_min_bytes [posted_wake_early]" separated by ';'; KSTREAM: the posted_kernel_blocks values of
-#          the stream-ordered table (default "2 0"); KNPS: their rank counts (default "4 8"); KSTREAM_POSTED: gpu_posted of its blocking
+#          the stream-ordered table (default "2 0", "none" for no table); KNPS: their rank counts (default "4 8"); KSTREAM_POSTED: gpu_posted of its blocking
 #          calls (default 1); KSTREAM_VERBOSE=3: the calling thread's phases of its idle-stream
 #          calls.
 #   kdiag: where GPU-posted calls spend their time (verbose-3 host timestamps and the calling
@@ -495,6 +495,7 @@ if [[ $mode == callkernel ]]; then
             grep -E "^#|^ +[0-9]" "$f"
         done
         for kb in ${KSTREAM:-2 0}; do
+            [[ $kb == none ]] && continue
             f="$out/kstream_np${np}_k$kb.txt"
             RUN_MCA="coll_twohop_posted_kernel_blocks=$kb coll_twohop_enqueue_on_device_min_bytes=0 coll_twohop_gpu_posted=${KSTREAM_POSTED:-1} coll_twohop_verbose=${KSTREAM_VERBOSE:-0}" \
                 run $np rr:2 0 -- "${shm[@]}" \
