@@ -798,6 +798,7 @@ struct PostedSchedule {
     twohop_reduction red;
     char *out;                      // this rank's device receive buffer
     bool ok = true;
+    uint64_t ready_seq = 0;         // call(): the kernel's `ready` handshake (posted_call.h)
 
     uint64_t depth() const { return static_cast<uint64_t>(c->depth); }
     uint64_t shards() const { return static_cast<uint64_t>(c->topo.n_shards()); }
@@ -890,7 +891,9 @@ struct PostedSchedule {
             a.out[l] = l == me ? out : h.out[l];
             a.gathered[l] = static_cast<uint64_t *>(flag_addr(c, l, &RankFlags::gathered));
             a.done[l] = static_cast<uint64_t *>(flag_addr(c, l, &RankFlags::done));
+            a.ready[l] = static_cast<uint64_t *>(flag_addr(c, l, &RankFlags::ready));
         }
+        a.ready_seq = ready_seq;
         for (int set = 0; set < c->depth; ++set) {
             a.result[set] = h.shm_dev + (c->shm.result(set) - h.shm_host);
         }
@@ -1426,15 +1429,18 @@ int gpu_stream_posted(twohop_comm *c, const twohop_userbuf &in, const twohop_use
 
     void *st = stream ? stream : cuda::legacy_stream();
     PostedSchedule sched{c, st, slot.ring_dev, s0, count, seg_items, nseg, red, out.device};
-    sched.ok = cuda::write_flag(device, st, flag_addr(c, me, &RankFlags::ready), s0 + 1);
-    for (int l = 0; sched.ok && l < c->topo.local_size(); ++l) {
-        if (l != me) {
-            sched.ok = cuda::wait_flag(device, st, flag_addr(c, l, &RankFlags::ready), s0 + 1);
-        }
-    }
     if (kernel_blocks > 0) {
+        // The kernel writes my `ready` and waits for the local ranks' (no stream operations).
+        sched.ready_seq = s0 + 1;
         sched.call(counters, kernel_blocks);
     } else {
+        sched.ok = cuda::write_flag(device, st, flag_addr(c, me, &RankFlags::ready), s0 + 1);
+        for (int l = 0; sched.ok && l < c->topo.local_size(); ++l) {
+            if (l != me) {
+                sched.ok =
+                    cuda::wait_flag(device, st, flag_addr(c, l, &RankFlags::ready), s0 + 1);
+            }
+        }
         const uint64_t depth = static_cast<uint64_t>(c->depth);
         for (uint64_t k = 0; sched.ok && k < nseg; ++k) {
             if (k >= depth) sched.finish(k - depth);

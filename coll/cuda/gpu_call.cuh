@@ -259,6 +259,14 @@ template <typename T, typename Op> __device__ void posted_call(const PostedCallA
     const unsigned long long tid =
         static_cast<unsigned long long>(blockIdx.x % half) * blockDim.x + threadIdx.x;
     if (hop1) {
+        // Stream-ordered: announce that my stream reached the call, then wait until every
+        // local rank's did (their inputs are final) before the first hop 1 reads them.
+        if (a.ready_seq != 0) {
+            if (blockIdx.x == 0 && threadIdx.x == 0) st_release_sys(a.ready[a.me], a.ready_seq);
+            for (int l = 0; l < a.local_size; ++l) {
+                if (l != a.me && !block_wait(a, a.ready[l], a.ready_seq)) return;
+            }
+        }
         for (uint64_t k = 0; k < a.nseg; ++k) {
             if (!call_start<T, Op>(a, k, tid, stride)) return;
         }

@@ -73,6 +73,7 @@ struct PostedCallArgs {
     char *result[kMaxSets];              // each buffer set's result buffer (host, device address)
     uint64_t *gathered[kMaxRanks];       // every local rank's `gathered` and `done` flags
     uint64_t *done[kMaxRanks];           //   (host shared memory, device addresses)
+    uint64_t *ready[kMaxRanks];          // every local rank's `ready` flag (ready_seq != 0)
     unsigned long long *counters;        // 3 x kMaxSets arrival counters (device memory)
     uint64_t s0;                         // the call's segments are s0 + 1 .. s0 + nseg
     uint64_t nseg;
@@ -81,6 +82,10 @@ struct PostedCallArgs {
     uint64_t item_bytes;                 // bytes per item
     uint64_t elems_per_item;             // elements of the reduction's type per item
     uint64_t timeout_ns;                 // bound of every wait (0: none)
+    // The stream-ordered form: the kernel writes my `ready` = ready_seq when it starts (the
+    // stream reached the call: my input is final) and hop 1 waits for every local rank's;
+    // 0 (the blocking form): the host knows the inputs are final, no handshake.
+    uint64_t ready_seq;
     int32_t local_size, me, depth, shards;
     int32_t n_mine;                      // shards this rank owns (mine[0 .. n_mine - 1])
     int32_t gather;                      // hop 3 gathered through CUDA IPC
