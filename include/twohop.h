@@ -29,7 +29,11 @@
  * is in recvbuf.
  *
  * Two communicators used on one stream must be used in the same order on every rank (as with
- * NCCL): an allreduce waits on the GPU for the other ranks' part of the same call.
+ * NCCL): an allreduce waits on the GPU for the other ranks' part of the same call. On a
+ * communicator of several nodes, the calls must also reach the GPU in call order: enqueue
+ * them on one stream, or order their streams (cudaStreamWaitEvent). Two calls on one such
+ * communicator on unordered streams may hang (the ranks' per-call flags are written by the
+ * GPU when each call's work starts, and a later call's flag overwritten by an earlier one's).
  *
  * Header only: it finds twohop at run time (Open MPI loads its components RTLD_GLOBAL; under
  * another MPI, libtwohop_pmpi.so is preloaded or linked), so the application links against MPI
