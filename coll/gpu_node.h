@@ -212,9 +212,10 @@ int gpu_enqueue_drain(twohop_comm *c);
  *   2. when every local rank voted yes: the call's sequence numbers s .. s + nseg - 1 are
  *      reserved, the host side (StreamPostedJob: hop 2, the gates) is queued for the proxy
  *      thread, then everything else is enqueued on the application's stream:
- *        ready = s, wait every local ready >= s (every input produced),
- *        the GPU-posted call kernel (or, with coll_twohop_posted_kernel_blocks 0, the
- *        stream operations start(k) / finish(k) of gpu_posted_pipeline), with the call's own
+ *        the GPU-posted call kernel, which writes ready = s when it starts and waits for
+ *        every local ready >= s (every input produced) before hop 1 (or, with
+ *        coll_twohop_posted_kernel_blocks 0, the stream operations ready = s, wait every local
+ *        ready >= s, start(k) / finish(k) of gpu_posted_pipeline), with the call's own
  *        doorbell ring and gates (`ring`, in the call's host slot), hop 3 gathered from
  *        coll_twohop_gpu_hop3_gather_min_bytes [then: wait every local done >= s + nseg - 1],
  *        released = token;
