@@ -235,7 +235,7 @@ int run_call(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out
         // A GPU-posted call the proxy thread will run: wake it now, so that its wake-up
         // overlaps the node's rounds and the launch (gpu_posted_pipeline).
         if (!enqueue && c->gpu_posted && c->posted_wake_early && c->topo.n_nodes() > 1 &&
-            count * red.item_bytes >= c->posted_proxy_min_bytes) {
+            in.device && out.device && count * red.item_bytes >= c->posted_proxy_min_bytes) {
             twohop::Proxy::instance().prewake();
         }
         if (enqueue && c->topo.n_nodes() == 1) {

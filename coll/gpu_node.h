@@ -75,6 +75,15 @@ void gpu_node_log_phases(twohop_comm *c);
 int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out,
                        uint64_t count, const twohop_reduction &red, bool *taken);
 
+namespace twohop {
+/* The calling thread's CPU time in seconds (CLOCK_THREAD_CPUTIME_ID; 0 if unavailable). */
+inline double thread_cpu_s() {
+    timespec t{};
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t) != 0) return 0;
+    return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+} // namespace twohop
+
 /*
  * Multi-node communicators: hop 1 and hop 3 on the GPU. When the node's ranks agreed for a
  * call (the same rounds as the GPU path), each shard owner's kernel reads its shard of every
@@ -85,15 +94,6 @@ int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_us
  * copies go to twohop's own stream; the pipeline polls a fence (a CUDA event) while it keeps
  * the other segment's hop-2 transfers moving, instead of blocking in a stream synchronisation.
  */
-namespace twohop {
-/* The calling thread's CPU time in seconds (CLOCK_THREAD_CPUTIME_ID; 0 if unavailable). */
-inline double thread_cpu_s() {
-    timespec t{};
-    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t) != 0) return 0;
-    return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-}
-} // namespace twohop
-
 struct GpuHop1 {
     bool active = false;            // this call's pipeline runs hop 1 and hop 3 on the GPU
     // Verbose 3: when the current blocking call reached run_call, and the calling thread's CPU

@@ -5,7 +5,10 @@
  *
  * Memory model: words the host or other processes write (gates, peers' flags, the fault word)
  * are read with ld.acquire.sys; data in host memory or in peers' buffers written after this
- * kernel started is read with ld.cv (no stale cached line); what this kernel publishes is
+ * kernel started is read with ld.cv (no stale cached line), except the peers' inputs of the
+ * stream-ordered form, read with plain loads after thread 0's acquire of their `ready` and a
+ * block barrier (no line of them was cached before: this kernel reads them only then); what
+ * this kernel publishes is
  * fenced system-wide (__threadfence_system) by every block before its arrival, and by the last
  * block again before the word that announces it (PTX ISA, "Memory Consistency Model":
  * cumulative fences order the other blocks' writes, observed through the counter, before it).
@@ -262,7 +265,13 @@ template <typename T, typename Op> __device__ void posted_call(const PostedCallA
         // Stream-ordered: announce that my stream reached the call, then wait until every
         // local rank's did (their inputs are final) before the first hop 1 reads them.
         if (a.ready_seq != 0) {
-            if (blockIdx.x == 0 && threadIdx.x == 0) st_release_sys(a.ready[a.me], a.ready_seq);
+            // The fence orders the earlier work on this stream (the application's writes of my
+            // input) before `ready` for the peers, as the stream write it replaces did; a
+            // failed call's released flag is not lowered.
+            if (blockIdx.x == 0 && threadIdx.x == 0 && !faulted(a)) {
+                __threadfence_system();
+                st_release_sys(a.ready[a.me], a.ready_seq);
+            }
             for (int l = 0; l < a.local_size; ++l) {
                 if (l != a.me && !block_wait(a, a.ready[l], a.ready_seq)) return;
             }

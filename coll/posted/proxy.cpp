@@ -51,7 +51,8 @@ int Proxy::run(std::function<int()> step, const std::function<bool()> &alongside
 }
 
 void Proxy::prewake() {
-    if (!asleep_.load(std::memory_order_relaxed)) return;
+    // Also when the proxy is awake: one spinning after its last job sees prewoken_ when it
+    // would go to sleep, and spins again (back-to-back calls).
     std::lock_guard<std::mutex> lock(m_);
     if (!thread_.joinable() || stopping_ || stopped_) return;
     prewoken_ = true;
@@ -81,6 +82,7 @@ void Proxy::loop() {
         if (jobs_.empty() && !stopping_) { // spin a little before sleeping: see proxy.h
             const uint64_t seen = queued_.load(std::memory_order_acquire);
             const auto spin = prewoken_ ? kPrewakeSpin : kSpin;
+            if (prewoken_) ++prewake_spins_;
             prewoken_ = false;
             lock.unlock();
             const auto until = std::chrono::steady_clock::now() + spin;
@@ -89,9 +91,7 @@ void Proxy::loop() {
             }
             lock.lock();
         }
-        asleep_.store(true, std::memory_order_relaxed);
         work_.wait(lock, [this] { return stopping_ || !jobs_.empty() || prewoken_; });
-        asleep_.store(false, std::memory_order_relaxed);
         if (stopping_) break;
         if (jobs_.empty()) continue; // prewoken: spin for the job that is coming
         batch.assign(jobs_.begin(), jobs_.end());
@@ -115,6 +115,7 @@ void Proxy::loop() {
             if (j->near != nullptr && !j->near_told &&
                 j->near->load(std::memory_order_acquire)) {
                 j->near_told = true;
+                ++near_wakes_;
                 wake = true;
             }
         }
@@ -169,6 +170,16 @@ std::thread::native_handle_type Proxy::handle() {
 uint64_t Proxy::jobs_done() {
     std::lock_guard<std::mutex> lock(m_);
     return jobs_done_;
+}
+
+uint64_t Proxy::near_wakes() {
+    std::lock_guard<std::mutex> lock(m_);
+    return near_wakes_;
+}
+
+uint64_t Proxy::prewake_spins() {
+    std::lock_guard<std::mutex> lock(m_);
+    return prewake_spins_;
 }
 
 } // namespace twohop

@@ -8,9 +8,10 @@
  *
  * Hand-off latency: a thread woken from a condition variable takes tens of microseconds to run
  * again, twice per job (proxy woken at submit, caller woken at the end). Both sides therefore
- * spin for at most kSpin before they sleep: the caller right after submitting (short jobs
- * finish in it), the proxy right after its last job (back-to-back calls find it awake). At most
- * kSpin of CPU per job and side; an idle proxy sleeps.
+ * spin for a bounded time before they sleep: the caller right after submitting (kSpin: short
+ * jobs finish in it) or, for a job with a foreseeable end, from `near` (kNearSpin); the proxy
+ * right after its last job (kSpin: back-to-back calls find it awake) or after a prewake()
+ * (kPrewakeSpin). An idle proxy sleeps.
  *
  * The backend interface a device-initiated transport would replace: the step function is the
  * only thing the proxy knows of a job (post what the doorbell announced, poll completions).
@@ -105,6 +106,10 @@ class Proxy {
     std::thread::native_handle_type handle();
     /* Jobs completed since start (for tests and the benchmark). */
     uint64_t jobs_done();
+    /* Callers woken for their job's `near` (run(..., near)), and spins begun for a prewake()
+     * (for tests). */
+    uint64_t near_wakes();
+    uint64_t prewake_spins();
 
   private:
     struct Job {
@@ -123,8 +128,8 @@ class Proxy {
     std::condition_variable done_;   // callers wait here for their job
     std::list<Job *> jobs_;
     std::atomic<uint64_t> queued_{0}; // jobs ever queued (read without the lock while spinning)
-    std::atomic<bool> asleep_{false}; // the proxy waits on work_ (prewake's hint, no lock)
     bool prewoken_ = false;            // prewake() asked for a spin (under m_)
+    uint64_t near_wakes_ = 0, prewake_spins_ = 0; // under m_ (tests)
     std::thread thread_;
     bool stopping_ = false, stopped_ = false;
     uint64_t jobs_done_ = 0;
