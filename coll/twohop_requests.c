@@ -107,7 +107,10 @@ static void release_request(twohop_request *r) {
     r->fin.host = r->fout.host = NULL;
     OBJ_RELEASE(r->dtype);
     OBJ_RELEASE(r->op);
-    OBJ_RELEASE(r->m->comm);
+    /* Through a local: OBJ_RELEASE evaluates its argument again after the destructors ran,
+     * and the communicator's destructor may free r->m. */
+    ompi_communicator_t *comm = r->m->comm;
+    OBJ_RELEASE(comm);
     OMPI_REQUEST_FINI(&r->nbc.super);
     opal_free_list_return(&request_pool, &r->nbc.super.super);
 }
@@ -530,7 +533,10 @@ static int poll_deferred(void) {
         twohop_module *m = release;
         release = m->next_deferred;
         m->next_deferred = NULL;
-        OBJ_RELEASE(m->comm); /* the fiber's reference (may destroy m) */
+        /* The fiber's reference. It may destroy m: through a local, since OBJ_RELEASE
+         * evaluates its argument again after the destructors ran (and writes NULL to it). */
+        ompi_communicator_t *comm = m->comm;
+        OBJ_RELEASE(comm);
     }
     return n;
 }
@@ -538,7 +544,10 @@ static int poll_deferred(void) {
 void twohop_deferred_setup_finish(twohop_module *m) {
     /* The caller holds the communicator: the release cannot destroy m here. The progress
      * callback takes m off the list. */
-    if (advance_deferred(m, true) == 2) OBJ_RELEASE(m->comm);
+    if (advance_deferred(m, true) == 2) {
+        ompi_communicator_t *comm = m->comm; /* a local: see poll_deferred */
+        OBJ_RELEASE(comm);
+    }
 }
 
 void twohop_deferred_setup_forget(twohop_module *m) {
@@ -587,7 +596,10 @@ static int deferred_request(twohop_module *m, bool persistent, const void *sbuf,
     r->nbc.super.req_state = persistent ? OMPI_REQUEST_INACTIVE : OMPI_REQUEST_ACTIVE;
     *request = &r->nbc.super;
     /* A first turn: posts this rank's first messages. (The caller and r hold m->comm.) */
-    if (advance_deferred(m, false) == 2) OBJ_RELEASE(m->comm);
+    if (advance_deferred(m, false) == 2) {
+        ompi_communicator_t *comm = m->comm; /* a local: see poll_deferred */
+        OBJ_RELEASE(comm);
+    }
     return MPI_SUCCESS;
 }
 

@@ -34,6 +34,12 @@
  *   big_item       the first call on a fresh communicator an MPI_Iallreduce of one 2 MiB
  *                  item (user op): handed back, a correct result (it failed: the set-up
  *                  found the item larger than the shared-memory slot after the start)
+ *   freed_in_setup MPI_Iallreduce on a fresh communicator, MPI_Comm_free before MPI_Wait
+ *                  (legal: freed once the call completes) while rank 0 holds the set-up back,
+ *                  then a new communicator: the set-up's or the request's reference is the
+ *                  last. (Its release destroys the module, which OBJ_RELEASE(m->comm) read
+ *                  again afterwards: a crash under MALLOC_PERTURB_ seen once in CI inside
+ *                  MPI_Comm_dup after `signature`; this scenario has not reproduced it.)
  *   fp_env         (x86; run first) twohop's proxy thread starts while the application runs
  *                  with flush-to-zero and denormals-are-zero, then the application goes back
  *                  to IEEE arithmetic; float sums of subnormals as MPI_Allreduce, as
@@ -167,6 +173,27 @@ static void signature(void) {
         MPI_Comm_free(&c);
     }
     MPI_Type_free(&c4);
+}
+
+static void freed_in_setup(void) {
+    scenario = "freed_in_setup";
+    for (int round = 0; round < 3; round++) {
+        MPI_Comm c;
+        MPI_Comm_dup(MPI_COMM_WORLD, &c); /* fresh: its set-up starts with the first call */
+        int in = rank + 1, out = 0;
+        MPI_Request q;
+        if (rank == 0) usleep(20000 * (round + 1)); /* the others' set-up waits for rank 0 */
+        check(MPI_Iallreduce(&in, &out, 1, MPI_INT, MPI_SUM, c, &q) == MPI_SUCCESS, "start");
+        MPI_Comm_free(&c); /* the request and the set-up still hold it */
+        check(MPI_Wait(&q, MPI_STATUS_IGNORE) == MPI_SUCCESS, "wait");
+        check(out == size * (size + 1) / 2, "value");
+        MPI_Comm d; /* its creation runs progress, where a set-up may end and release c */
+        MPI_Comm_dup(MPI_COMM_WORLD, &d);
+        int one = 1, tot = 0;
+        MPI_Allreduce(&one, &tot, 1, MPI_INT, MPI_SUM, d);
+        check(tot == size, "later call");
+        MPI_Comm_free(&d);
+    }
 }
 
 static void erroneous(void) {
@@ -438,6 +465,7 @@ int main(int argc, char **argv) {
     idup(0);
     idup(1);
     signature();
+    freed_in_setup();
     erroneous();
     local_start(0);
     local_start(1);
