@@ -555,7 +555,7 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
         f.arrived.store(seq_base, std::memory_order_release);
         f.reduced.store(seq_base, std::memory_order_release);
         f.done.store(seq_base, std::memory_order_release);
-        f.ready.store(seq_base, std::memory_order_release);
+        for (auto &w : f.ready) w.store(seq_base, std::memory_order_release);
         f.vote.store(seq_base << 1, std::memory_order_release);
         f.desc_seq.store(seq_base, std::memory_order_release);
         f.gathered.store(seq_base, std::memory_order_release);

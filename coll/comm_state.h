@@ -187,6 +187,8 @@ struct twohop_comm {
     // the token of the last one (increasing; the stream and the host compare against it).
     std::unique_ptr<twohop::StreamSlots> stream_slots;
     uint64_t stream_token = 0;
+    uint64_t stream_ready_calls = 0; // stream-ordered calls the node ran on the GPU (several
+                                     // nodes): picks each call's RankFlags::ready word
 
     ~twohop_comm();
 

@@ -651,6 +651,13 @@ void *flag_addr(twohop_comm *c, int l, std::atomic<uint64_t> RankFlags::*which) 
     char *host = reinterpret_cast<char *>(&(c->shm.flags(l).*which));
     return h.shm_dev + (host - h.shm_host);
 }
+
+/* Device address of local rank l's `ready` word `word` (RankFlags::ready). */
+void *ready_addr(twohop_comm *c, int l, int word) {
+    GpuHop1 &h = c->gpu_hop1;
+    char *host = reinterpret_cast<char *>(&c->shm.flags(l).ready[word]);
+    return h.shm_dev + (host - h.shm_host);
+}
 } // namespace
 
 void gpu_enqueued_count() { g_enqueued_calls.fetch_add(1, std::memory_order_relaxed); }
@@ -668,7 +675,7 @@ void release_gpu_waits(twohop_comm *c) {
     const uint64_t past = uint64_t(1) << 62;
     for (int l = 0; l < c->topo.local_size(); ++l) {
         RankFlags &f = c->shm.flags(l);
-        f.ready.store(past, std::memory_order_release);
+        for (auto &w : f.ready) w.store(past, std::memory_order_release);
         f.reduced.store(past, std::memory_order_release);
         f.done.store(past, std::memory_order_release);
         f.gathered.store(past, std::memory_order_release);
@@ -799,6 +806,7 @@ struct PostedSchedule {
     char *out;                      // this rank's device receive buffer
     bool ok = true;
     uint64_t ready_seq = 0;         // call(): the kernel's `ready` handshake (posted_call.h)
+    int ready_word = 0;             // on RankFlags::ready[ready_word]
 
     uint64_t depth() const { return static_cast<uint64_t>(c->depth); }
     uint64_t shards() const { return static_cast<uint64_t>(c->topo.n_shards()); }
@@ -891,7 +899,7 @@ struct PostedSchedule {
             a.out[l] = l == me ? out : h.out[l];
             a.gathered[l] = static_cast<uint64_t *>(flag_addr(c, l, &RankFlags::gathered));
             a.done[l] = static_cast<uint64_t *>(flag_addr(c, l, &RankFlags::done));
-            a.ready[l] = static_cast<uint64_t *>(flag_addr(c, l, &RankFlags::ready));
+            a.ready[l] = static_cast<uint64_t *>(ready_addr(c, l, ready_word));
         }
         a.ready_seq = ready_seq;
         for (int set = 0; set < c->depth; ++set) {
@@ -1263,9 +1271,10 @@ int gpu_node_enqueue(twohop_comm *c, const twohop_userbuf &in, const twohop_user
         ok = cuda::wait_flag(device, st, flag_addr(c, l, &RankFlags::done), s - 1);
     }
     if (ok && stage_in) ok = cuda::copy_async(device, send_stage, in.device, bytes, st);
-    ok = ok && cuda::write_flag(device, st, flag_addr(c, me, &RankFlags::ready), s);
+    // Word 0: this form's calls reach `ready` one at a time (the wait for `done` above).
+    ok = ok && cuda::write_flag(device, st, ready_addr(c, me, 0), s);
     for (int l = 0; ok && l < L; ++l) {
-        if (l != me) ok = cuda::wait_flag(device, st, flag_addr(c, l, &RankFlags::ready), s);
+        if (l != me) ok = cuda::wait_flag(device, st, ready_addr(c, l, 0), s);
     }
     ok = ok && cuda::launch(device, kernel_name(red.dtype, red.op), &a, sizeof(a), a.n, st);
     ok = ok && cuda::write_flag(device, st, flag_addr(c, me, &RankFlags::reduced), s);
@@ -1298,8 +1307,9 @@ namespace {
 class StreamPostedJob : public twohop::Job {
   public:
     StreamPostedJob(twohop_comm *c, const twohop_reduction &red, uint64_t count,
-                    uint64_t seg_items, uint64_t s0, uint64_t nseg, const GpuStreamSlot &slot)
-        : c_(c), s0_(s0), slot_(slot),
+                    uint64_t seg_items, uint64_t s0, uint64_t nseg, const GpuStreamSlot &slot,
+                    int ready_word)
+        : c_(c), s0_(s0), ready_word_(ready_word), slot_(slot),
           backend_(c, red, count, seg_items, s0, nseg, slot.ring,
                    [this]() -> int {
                        const int e = slot_.enqueue_state->load(std::memory_order_acquire);
@@ -1321,7 +1331,8 @@ class StreamPostedJob : public twohop::Job {
         }
         if (!arrived_) {
             for (int l = 0; l < c_->topo.local_size(); ++l) {
-                if (c_->shm.flags(l).ready.load(std::memory_order_acquire) < s0_ + 1) {
+                if (c_->shm.flags(l).ready[ready_word_].load(std::memory_order_acquire) <
+                    s0_ + 1) {
                     backend_.gates(); // segments whose sets are free need no wait later
                     return TWOHOP_PENDING;
                 }
@@ -1347,6 +1358,7 @@ class StreamPostedJob : public twohop::Job {
   private:
     twohop_comm *c_;
     uint64_t s0_;
+    int ready_word_;
     GpuStreamSlot slot_;
     RingBackend backend_;
     twohop::PostedJob job_;
@@ -1411,6 +1423,7 @@ int gpu_stream_posted(twohop_comm *c, const twohop_userbuf &in, const twohop_use
     unsigned long long *counters =
         kernel_blocks > 0 ? call_counters(c, device, slot.index) : nullptr;
     if (counters == nullptr) kernel_blocks = 0;
+    const auto t_kernel = std::chrono::steady_clock::now();
 
     // 2. The call's sequence numbers, its ring, its job (queued before the stream may wait on
     // it), then the stream's half.
@@ -1418,27 +1431,32 @@ int gpu_stream_posted(twohop_comm *c, const twohop_userbuf &in, const twohop_use
     const uint64_t nseg = twohop::segment_count(count, seg_items);
     const uint64_t s0 = c->seq;
     c->seq += nseg;
+    // The call's `ready` word: the node's calls of this form in turn (every local rank counts
+    // the calls its node agreed to run here, so the word is the same on all of them).
+    const int ready_word =
+        static_cast<int>(c->stream_ready_calls++ % twohop::RankFlags::kReadyWords);
     twohop::reset(slot.ring);
     slot.enqueue_state->store(0, std::memory_order_relaxed);
     slot.job_live->store(true, std::memory_order_release);
     std::unique_ptr<twohop::Job> job(
-        new StreamPostedJob(c, red, count, seg_items, s0, nseg, slot));
+        new StreamPostedJob(c, red, count, seg_items, s0, nseg, slot, ready_word));
     if ((rc = submit(std::move(job))) != TWOHOP_OK) return failed(rc); // dropped: waits released
     // From here the stream waits on the slot's words: it stays in use until `released`.
     *slot.slot_token = slot.token;
+    const auto t_queued = std::chrono::steady_clock::now();
 
     void *st = stream ? stream : cuda::legacy_stream();
     PostedSchedule sched{c, st, slot.ring_dev, s0, count, seg_items, nseg, red, out.device};
     if (kernel_blocks > 0) {
         // The kernel writes my `ready` and waits for the local ranks' (no stream operations).
         sched.ready_seq = s0 + 1;
+        sched.ready_word = ready_word;
         sched.call(counters, kernel_blocks);
     } else {
-        sched.ok = cuda::write_flag(device, st, flag_addr(c, me, &RankFlags::ready), s0 + 1);
+        sched.ok = cuda::write_flag(device, st, ready_addr(c, me, ready_word), s0 + 1);
         for (int l = 0; sched.ok && l < c->topo.local_size(); ++l) {
             if (l != me) {
-                sched.ok =
-                    cuda::wait_flag(device, st, flag_addr(c, l, &RankFlags::ready), s0 + 1);
+                sched.ok = cuda::wait_flag(device, st, ready_addr(c, l, ready_word), s0 + 1);
             }
         }
         const uint64_t depth = static_cast<uint64_t>(c->depth);
@@ -1460,18 +1478,22 @@ int gpu_stream_posted(twohop_comm *c, const twohop_userbuf &in, const twohop_use
     *on_gpu = true;
     if (c->verbose >= 3) {
         const auto t_end = std::chrono::steady_clock::now();
-        char msg[320];
+        char msg[400];
         std::snprintf(msg, sizeof(msg),
                       "stream-ordered call on the device buffers: %llu B, %llu segments "
                       "GPU-posted on the application's stream (%s)%s; before the rounds %.1f "
-                      "us, rounds %.1f us, enqueue %.1f us",
+                      "us, rounds %.1f us, enqueue %.1f us (kernel chosen %.1f, job queued "
+                      "%.1f, stream work %.1f)",
                       static_cast<unsigned long long>(bytes),
                       static_cast<unsigned long long>(nseg),
                       kernel_blocks > 0 ? "one kernel" : "stream operations per segment",
                       gathered ? ", hop 3 gathered on the GPU" : "",
                       std::chrono::duration<double, std::micro>(t_start - slot.entry).count(),
                       std::chrono::duration<double, std::micro>(t_rounds - t_start).count(),
-                      std::chrono::duration<double, std::micro>(t_end - t_rounds).count());
+                      std::chrono::duration<double, std::micro>(t_end - t_rounds).count(),
+                      std::chrono::duration<double, std::micro>(t_kernel - t_rounds).count(),
+                      std::chrono::duration<double, std::micro>(t_queued - t_kernel).count(),
+                      std::chrono::duration<double, std::micro>(t_end - t_queued).count());
         c->host.log(3, msg);
     }
     return TWOHOP_OK;

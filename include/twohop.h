@@ -29,11 +29,10 @@
  * is in recvbuf.
  *
  * Two communicators used on one stream must be used in the same order on every rank (as with
- * NCCL): an allreduce waits on the GPU for the other ranks' part of the same call. On a
- * communicator of several nodes, the calls must also reach the GPU in call order: enqueue
- * them on one stream, or order their streams (cudaStreamWaitEvent). Two calls on one such
- * communicator on unordered streams may hang (the ranks' per-call flags are written by the
- * GPU when each call's work starts, and a later call's flag overwritten by an earlier one's).
+ * NCCL): an allreduce waits on the GPU for the other ranks' part of the same call. Calls on
+ * one communicator may sit on different, unordered streams: on several nodes each call's start
+ * handshake has its own flag (RankFlags::ready, 8 in rotation), and the calls complete in
+ * call order whatever order their streams reach the GPU in.
  *
  * Header only: it finds twohop at run time (Open MPI loads its components RTLD_GLOBAL; under
  * another MPI, libtwohop_pmpi.so is preloaded or linked), so the application links against MPI

@@ -40,7 +40,7 @@
 #          posted_proxy_min_bytes [posted_wake_early]" separated by ';'; KSTREAM: the posted_kernel_blocks values of
 #          the stream-ordered table (default "2 0", "none" for no table); KNPS: their rank counts (default "4 8"); KSTREAM_POSTED: gpu_posted of its blocking
 #          calls (default 1); KSTREAM_VERBOSE=3: the calling thread's phases of its idle-stream
-#          calls.
+#          calls; KSTREAM_MAX: the table's largest size (default CALL_MAX).
 #   kdiag: where GPU-posted calls spend their time (verbose-3 host timestamps and the calling
 #          thread's CPU time in the rounds and after them, medians per size, calling thread or
 #          proxy driving, kernel or stream operations; KDIAG_CFGS: "posted_kernel_blocks
@@ -499,7 +499,7 @@ if [[ $mode == callkernel ]]; then
             f="$out/kstream_np${np}_k$kb.txt"
             RUN_MCA="coll_twohop_posted_kernel_blocks=$kb coll_twohop_enqueue_on_device_min_bytes=0 coll_twohop_gpu_posted=${KSTREAM_POSTED:-1} coll_twohop_verbose=${KSTREAM_VERBOSE:-0}" \
                 run $np rr:2 0 -- "${shm[@]}" \
-                "$build/mpi_tests/enqueue_allreduce" sizes --max-bytes ${CALL_MAX:-67108864} \
+                "$build/mpi_tests/enqueue_allreduce" sizes --max-bytes ${KSTREAM_MAX:-${CALL_MAX:-67108864}} \
                 >"$f" 2>&1 || status=1
             echo "== stream-ordered on 2 virtual nodes (shm), $np ranks, posted_kernel_blocks=$kb, blocking calls gpu_posted=${KSTREAM_POSTED:-1}"
             grep -E "^#|^[0-9b]" "$f"
@@ -509,16 +509,22 @@ if [[ $mode == callkernel ]]; then
 import re, sys, statistics as st
 calls = {}
 pat = re.compile(r"\[[^:]*:(\d+)\].*stream-ordered call on the device buffers: (\d+) B.*"
-                 r"before the rounds ([\d.]+) us, rounds ([\d.]+) us, enqueue ([\d.]+) us")
+                 r"before the rounds ([\d.]+) us, rounds ([\d.]+) us, enqueue ([\d.]+) us"
+                 r" \(kernel chosen ([\d.]+), job queued ([\d.]+), stream work ([\d.]+)\)")
 for line in open(sys.argv[1], errors="replace"):
     m = pat.search(line)
     if m:
-        calls.setdefault((int(m[2]), m[1]), []).append([float(m[3]), float(m[4]), float(m[5])])
-print("idle-stream calls: bytes  before(p50/max)  rounds(p50/max)  enqueue(p50/max)")
+        calls.setdefault((int(m[2]), m[1]), []).append([float(m[i]) for i in range(3, 9)])
+print("idle-stream calls (us, p50/max): bytes  before  rounds  enqueue  (kernel chosen  job queued  stream work)")
 for b in sorted({k[0] for k in calls}):
-    rows = [r for (bb, pid), v in calls.items() if bb == b for r in v[-9:]]
-    cols = list(zip(*rows))
-    print(f"{b:>12} " + "  ".join(f"{st.median(c):8.1f}/{max(c):8.1f}" for c in cols))
+    # Each size ends with 9 calls on an idle stream after a call of the size, then 9 after
+    # an 8-byte call (return_warm; 8 bytes take the host copy: no line of theirs here).
+    for tag, sl in (("idle", slice(-18, -9)), ("warm", slice(-9, None))):
+        rows = [r for (bb, pid), v in calls.items() if bb == b for r in v[sl]]
+        if not rows:
+            continue
+        cols = list(zip(*rows))
+        print(f"{b:>12} {tag} " + "  ".join(f"{st.median(c):6.1f}/{max(c):6.1f}" for c in cols))
 PY
         done
     done

@@ -37,8 +37,12 @@ struct alignas(128) RankFlags {
     std::atomic<uint64_t> bytes[8]; // [set] message bytes of the call using that buffer set,
                                     // written before `arrived`: local peers compare sizes
     std::atomic<uint64_t> vote;     // GPU path round: (seq << 1) | "I can take it"
-    std::atomic<uint64_t> ready;    // stream-ordered GPU path: my input of `seq` is complete
-                                    // (written by my GPU stream, not by the host)
+    /* Stream-ordered GPU path: my input of `seq` is complete (written by my GPU stream, not
+     * by the host). One word per call in flight: a multi-node call uses
+     * ready[ordinal % kReadyWords] (ready_word()), so a call that reaches the GPU before an
+     * earlier one (unordered streams) never satisfies the earlier call's wait. */
+    static constexpr int kReadyWords = 8;
+    std::atomic<uint64_t> ready[kReadyWords];
     std::atomic<uint64_t> failed_seq; // first sequence number of the call that failed (written
                                       // before `failed`): peers still in an earlier call finish it
     std::atomic<uint64_t> desc_seq;   // GPU round `seq`: my descriptor is published
