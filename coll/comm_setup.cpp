@@ -326,6 +326,7 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
     c->stream_on_device_min = prm.enqueue_on_device_min_bytes;
     c->posted_proxy_min_bytes = prm.posted_proxy_min_bytes;
     c->posted_wake_early = prm.posted_wake_early;
+    c->posted_wake_lead_us = prm.posted_wake_lead_us;
     c->verbose = prm.verbose;
     twohop::Exchange ex(c->host, a->rank, a->size, prm.timeout);
     std::string err;

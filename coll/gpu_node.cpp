@@ -1139,11 +1139,31 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
     double t_first = -1, t_hop2 = -1;
     const bool timed = c->verbose >= 3;
     const double cpu_start = timed ? twohop::thread_cpu_s() : 0;
-    std::atomic<bool> near{false}; // the last finish gate is open (Proxy::run's `near`)
+    // Proxy::run's `near`: the call's end is close. From the last finish gate (only hop 3 of
+    // the last segments remains) plus the tail the previous call of this size class took,
+    // less coll_twohop_posted_wake_lead_us: the caller's wake-up overlaps the end, and it spins
+    // no longer than the lead (the tail is kernel work: tens to hundreds of microseconds).
+    std::atomic<bool> near{false};
+    const int size_class = 63 - __builtin_clzll((count * red.item_bytes) | 1);
+    const double predicted_tail = h.tail_us[size_class];
+    const double wake_after =
+        c->posted_wake_lead_us < 0 ? 0.0 : predicted_tail - c->posted_wake_lead_us;
+    Clock::time_point t_gate{}, t_done{};
+    bool gate_seen = false;
     auto step = [&]() {
         if (enqueue_failed.load(std::memory_order_acquire)) return int(TWOHOP_ERR_TRANSPORT);
         const int st = job.step(twohop::Proxy::kPending);
-        if (backend.finish_gates() == nseg) near.store(true, std::memory_order_release);
+        if (!gate_seen && backend.finish_gates() == nseg) {
+            gate_seen = true;
+            t_gate = Clock::now();
+        }
+        if (gate_seen && !near.load(std::memory_order_relaxed) &&
+            (wake_after <= 0 ||
+             std::chrono::duration<double, std::micro>(Clock::now() - t_gate).count() >=
+                 wake_after)) {
+            near.store(true, std::memory_order_release);
+        }
+        if (st != twohop::Proxy::kPending) t_done = Clock::now();
         if (timed) {
             const double t = std::chrono::duration<double, std::micro>(Clock::now() - t_start)
                                  .count();
@@ -1154,8 +1174,8 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
     };
     // Small calls: the calling thread drives the host side itself (no hand-off to the proxy and
     // back, tens of microseconds each when a thread must wake); large ones sleep meanwhile,
-    // until the last finish gate opens (then the caller spins for the GPU's last hop 3: its
-    // wake-up overlaps it). The proxy was woken when the call began (run_call: prewake).
+    // until `near` (then the caller spins for the GPU's last hop 3: its wake-up overlaps it).
+    // The proxy was woken when the call began (run_call: prewake).
     int rc;
     if (count * red.item_bytes >= c->posted_proxy_min_bytes) {
         rc = twohop::Proxy::instance().run(step, enqueue_more,
@@ -1184,20 +1204,26 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
     }
     h.pending = false;
     g_posted_calls.fetch_add(1, std::memory_order_relaxed);
+    if (gate_seen && t_done > t_gate) { // the proxy's steps ended: this thread reads alone
+        h.tail_us[size_class] = static_cast<float>(
+            std::chrono::duration<double, std::micro>(t_done - t_gate).count());
+    }
     if (timed) {
         const double cpu_end = twohop::thread_cpu_s();
-        char msg[400];
+        char msg[512];
         std::snprintf(msg, sizeof(msg),
                       "GPU-posted call: %llu B, %llu segments, %llu doorbells seen by the proxy, "
                       "%s; rounds %.1f us (calling thread's CPU %.1f us); from the rounds' end: "
-                      "first descriptor %.1f us, hop 2 done %.1f us, end %.1f us (CPU %.1f us)",
+                      "first descriptor %.1f us, hop 2 done %.1f us, end %.1f us (CPU %.1f us); "
+                      "tail after the last finish gate predicted %.1f us, taken %.1f us",
                       static_cast<unsigned long long>(count * red.item_bytes),
                       static_cast<unsigned long long>(nseg), static_cast<unsigned long long>(bells),
                       kernel_blocks > 0 ? "one kernel" : "stream operations per segment",
                       std::chrono::duration<double, std::micro>(t_start - h.call_entry).count(),
                       1e6 * (cpu_start - h.call_entry_cpu), t_first, t_hop2,
                       std::chrono::duration<double, std::micro>(Clock::now() - t_start).count(),
-                      1e6 * (cpu_end - cpu_start));
+                      1e6 * (cpu_end - cpu_start), predicted_tail,
+                      static_cast<double>(h.tail_us[size_class]));
         c->host.log(3, msg);
     }
     return TWOHOP_OK;

@@ -131,6 +131,10 @@ struct GpuHop1 {
     // The arrival counters of GPU-posted call kernels (posted_call.h), per device: one region
     // per stream slot and one for the blocking form, kept until the communicator ends.
     std::map<int, unsigned long long *> call_counters;
+    // Blocking GPU-posted calls: per size class (floor(log2(bytes))), microseconds from the
+    // last call's last finish gate to its end (0: none yet); coll_twohop_posted_wake_lead_us
+    // wakes the next call's calling thread that long before the end this predicts.
+    float tail_us[64] = {};
     /* Waits (spinning) until the work enqueued on twohop's own stream has completed. */
     void settle();
     /* settle(), then drops the segment's registration with the driver (before the segment is

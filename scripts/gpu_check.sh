@@ -37,14 +37,15 @@
 #          with stream operations (device_allreduce bench, 4 and 8 ranks), and the stream-ordered size table with the
 #          kernel and without (CALL_MAX: largest size, default 64 MiB). KCFGS: the bench
 #          configurations, "gpu_posted posted_kernel_blocks gpu_hop3_gather_min_bytes
-#          posted_proxy_min_bytes [posted_wake_early]" separated by ';'; KSTREAM: the posted_kernel_blocks values of
+#          posted_proxy_min_bytes [posted_wake_early [posted_wake_lead_us]]" separated by ';'; KSTREAM: the posted_kernel_blocks values of
 #          the stream-ordered table (default "2 0", "none" for no table); KNPS: their rank counts (default "4 8"); KSTREAM_POSTED: gpu_posted of its blocking
 #          calls (default 1); KSTREAM_VERBOSE=3: the calling thread's phases of its idle-stream
 #          calls; KSTREAM_MAX: the table's largest size (default CALL_MAX).
 #   kdiag: where GPU-posted calls spend their time (verbose-3 host timestamps and the calling
 #          thread's CPU time in the rounds and after them, medians per size, calling thread or
 #          proxy driving, kernel or stream operations; KDIAG_CFGS: "posted_kernel_blocks
-#          posted_proxy_min_bytes" separated by ';') and the call kernel's grid size swept
+#          posted_proxy_min_bytes [posted_wake_lead_us]" separated by ';'; KDIAG_MAX: the largest
+#          size, default 8 MiB; KNPS: the rank counts, default "4 8") and the call kernel's grid size swept
 #          (coll_twohop_posted_kernel_blocks 1..16; KDIAG_SWEEP: "gpu_posted blocks" separated
 #          by ';', empty to skip) against CPU-posted, 4 and 8 ranks on two virtual nodes over
 #          shared memory.
@@ -405,15 +406,15 @@ if [[ $mode == half ]]; then
 fi
 if [[ $mode == kdiag ]]; then
     shm=(bash -c 'OMPI_MCA_coll_twohop_vnode_shm_transport=1 exec "$@"' _)
-    for np in 4 8; do
+    for np in ${KNPS:-4 8}; do
         IFS=';' read -ra kcfgs <<<"${KDIAG_CFGS:-8 1048576;8 0;0 1048576}"
         for cfg in "${kcfgs[@]}"; do
-            read -r kb pm <<<"$cfg"
-            RUN_MCA="coll_twohop_verbose=3 coll_twohop_gpu_posted=1 coll_twohop_posted_kernel_blocks=$kb coll_twohop_posted_proxy_min_bytes=$pm" \
+            read -r kb pm wl <<<"$cfg"
+            RUN_MCA="coll_twohop_verbose=3 coll_twohop_gpu_posted=1 coll_twohop_posted_kernel_blocks=$kb coll_twohop_posted_proxy_min_bytes=$pm coll_twohop_posted_wake_lead_us=${wl:-50}" \
                 run $np rr:2 0 -- "${shm[@]}" "$build/mpi_tests/twohop_osu_allreduce" -d cuda \
-                -f --expect-twohop -T mpi_float -m 8192:8388608 -i 30 -x 5 \
+                -f --expect-twohop -T mpi_float -m 8192:${KDIAG_MAX:-8388608} -i 30 -x 5 \
                 >"$out/kdiag_v3_np${np}_k${kb}_p$pm.txt" 2>&1 || status=1
-            echo "== GPU-posted host timestamps, $np ranks, posted_kernel_blocks=$kb posted_proxy_min_bytes=$pm (median us over ranks and calls)"
+            echo "== GPU-posted host timestamps, $np ranks, posted_kernel_blocks=$kb posted_proxy_min_bytes=$pm posted_wake_lead_us=${wl:-50} (median us over ranks and calls)"
             python3 - "$out/kdiag_v3_np${np}_k${kb}_p$pm.txt" <<'PY'
 import re, statistics, sys
 per = {}
@@ -485,13 +486,14 @@ if [[ $mode == callkernel ]]; then
     for np in ${KNPS:-4 8}; do
         IFS=';' read -ra cfgs <<<"${KCFGS:-0 2 262144 1048576;1 2 262144 1048576;1 0 262144 1048576;1 1 262144 1048576;1 2 0 1048576}"
         for cfg in "${cfgs[@]}"; do
-            read -r p kb g pm we <<<"$cfg"
+            read -r p kb g pm we wl <<<"$cfg"
             we=${we:-1}
-            f="$out/kbench_p${p}_k${kb}_g${g}_pm${pm}_we${we}_np$np.txt"
-            RUN_MCA="coll_twohop_gpu_posted=$p coll_twohop_posted_kernel_blocks=$kb coll_twohop_gpu_hop3_gather_min_bytes=$g coll_twohop_posted_proxy_min_bytes=$pm coll_twohop_posted_wake_early=$we" \
+            wl=${wl:-50}
+            f="$out/kbench_p${p}_k${kb}_g${g}_pm${pm}_we${we}_wl${wl}_np$np.txt"
+            RUN_MCA="coll_twohop_gpu_posted=$p coll_twohop_posted_kernel_blocks=$kb coll_twohop_gpu_hop3_gather_min_bytes=$g coll_twohop_posted_proxy_min_bytes=$pm coll_twohop_posted_wake_early=$we coll_twohop_posted_wake_lead_us=$wl" \
                 run $np rr:2 0 -- "${shm[@]}" "$build/mpi_tests/device_allreduce" bench \
                 --max ${CALL_MAX:-67108864} --pinned >"$f" 2>&1 || status=1
-            echo "== device buffers, $np ranks, 2 virtual nodes (shm), gpu_posted=$p posted_kernel_blocks=$kb gpu_hop3_gather_min_bytes=$g posted_proxy_min_bytes=$pm posted_wake_early=$we"
+            echo "== device buffers, $np ranks, 2 virtual nodes (shm), gpu_posted=$p posted_kernel_blocks=$kb gpu_hop3_gather_min_bytes=$g posted_proxy_min_bytes=$pm posted_wake_early=$we posted_wake_lead_us=$wl"
             grep -E "^#|^ +[0-9]" "$f"
         done
         for kb in ${KSTREAM:-2 0}; do
