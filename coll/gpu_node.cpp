@@ -1346,7 +1346,10 @@ class StreamPostedJob : public twohop::Job {
                                   ? int(TWOHOP_ERR_TIMEOUT)
                                   : 1;
                    }),
-          job_(slot.ring, &backend_, s0, nseg, 0, TWOHOP_ERR_TIMEOUT) {}
+          job_(slot.ring, &backend_, s0, nseg, 0, TWOHOP_ERR_TIMEOUT), bytes_(count * red.item_bytes),
+          timed_(c->verbose >= 3) {
+        if (timed_) t_queued_ = Clock::now();
+    }
     ~StreamPostedJob() override {
         if (!finished_) release_posted(c_, slot_.ring, s0_);
         slot_.job_live->store(false, std::memory_order_release);
@@ -1354,6 +1357,10 @@ class StreamPostedJob : public twohop::Job {
     int advance() override {
         if (slot_.enqueue_state->load(std::memory_order_acquire) < 0) {
             return TWOHOP_ERR_TRANSPORT;
+        }
+        if (timed_ && !started_) {
+            started_ = true;
+            t_[0] = Clock::now();
         }
         if (!arrived_) {
             for (int l = 0; l < c_->topo.local_size(); ++l) {
@@ -1365,16 +1372,25 @@ class StreamPostedJob : public twohop::Job {
             }
             arrived_ = true;
             ++steps_;
+            if (timed_) t_[1] = Clock::now();
         }
         const uint64_t before = job_.posted() + job_.retired();
         int rc = job_.step(TWOHOP_PENDING);
         steps_ += job_.posted() + job_.retired() - before;
+        if (timed_) {
+            if (t_[2] == Clock::time_point{} && job_.posted() > 0) t_[2] = Clock::now();
+            if (t_[3] == Clock::time_point{} && job_.retired() == nseg()) t_[3] = Clock::now();
+            if (t_[4] == Clock::time_point{} && backend_.finish_gates() == nseg()) {
+                t_[4] = Clock::now();
+            }
+        }
         if (rc == TWOHOP_PENDING) return rc;
         if (rc == twohop::kPostedBadDescriptor) rc = TWOHOP_ERR_TRANSPORT;
         if (rc == TWOHOP_OK) {
             finished_ = true;
             gpu_hop1_done();
             g_doorbells.fetch_add(job_.doorbells(), std::memory_order_relaxed);
+            if (timed_) log_times();
         }
         return rc;
     }
@@ -1382,6 +1398,27 @@ class StreamPostedJob : public twohop::Job {
     uint64_t reserved_first_seq() const override { return s0_ + 1; }
 
   private:
+    using Clock = std::chrono::steady_clock;
+    uint64_t nseg() const { return job_.segments(); }
+    /* Verbose 3: where the call's host side spent its time (its job, from when it started). */
+    void log_times() {
+        auto us = [this](Clock::time_point t) {
+            return t == Clock::time_point{}
+                       ? -1.0
+                       : std::chrono::duration<double, std::micro>(t - t_[0]).count();
+        };
+        char msg[400];
+        std::snprintf(msg, sizeof(msg),
+                      "stream-ordered call's host side: %llu B, %llu segments; queued %.1f us "
+                      "before its job started; from then: every local stream reached it %.1f "
+                      "us, first descriptor %.1f us, hop 2 done %.1f us, last finish gate %.1f "
+                      "us, stream released %.1f us",
+                      static_cast<unsigned long long>(bytes_),
+                      static_cast<unsigned long long>(nseg()),
+                      std::chrono::duration<double, std::micro>(t_[0] - t_queued_).count(),
+                      us(t_[1]), us(t_[2]), us(t_[3]), us(t_[4]), us(Clock::now()));
+        c_->host.log(3, msg);
+    }
     twohop_comm *c_;
     uint64_t s0_;
     int ready_word_;
@@ -1389,6 +1426,9 @@ class StreamPostedJob : public twohop::Job {
     RingBackend backend_;
     twohop::PostedJob job_;
     bool arrived_ = false, finished_ = false;
+    uint64_t bytes_;
+    bool timed_, started_ = false;
+    Clock::time_point t_queued_{}, t_[5]{}; // started, arrived, first, hop 2, last gate
 };
 
 } // namespace

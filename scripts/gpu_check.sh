@@ -527,6 +527,21 @@ for b in sorted({k[0] for k in calls}):
             continue
         cols = list(zip(*rows))
         print(f"{b:>12} {tag} " + "  ".join(f"{st.median(c):6.1f}/{max(c):6.1f}" for c in cols))
+# The calls' host side (their jobs, mostly back to back): medians over ranks and calls.
+host = {}
+hp = re.compile(r"stream-ordered call's host side: (\d+) B.*queued ([-\d.]+) us before its job "
+                r"started; from then: every local stream reached it ([-\d.]+) us, first "
+                r"descriptor ([-\d.]+) us, hop 2 done ([-\d.]+) us, last finish gate ([-\d.]+) "
+                r"us, stream released ([-\d.]+) us")
+for line in open(sys.argv[1], errors="replace"):
+    m = hp.search(line)
+    if m:
+        host.setdefault(int(m[1]), []).append([float(m[i]) for i in range(2, 8)])
+if host:
+    print("host side per call (us, medians): bytes  calls  queued  reached  first_desc  hop2_done  last_gate  released")
+    for b in sorted(host):
+        cols = list(zip(*host[b]))
+        print(f"{b:>12} {len(host[b]):>6} " + " ".join(f"{st.median(c):9.1f}" for c in cols))
 PY
         done
     done

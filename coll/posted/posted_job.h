@@ -82,6 +82,7 @@ class PostedJob {
     uint64_t doorbells() const { return doorbells_; } // doorbell reads that found descriptors
     uint64_t posted() const { return posted_; }
     uint64_t retired() const { return retired_; }
+    uint64_t segments() const { return nseg_; }
 
   private:
     DoorbellRing *ring_;
