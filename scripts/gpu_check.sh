@@ -38,7 +38,7 @@
 #          kernel and without (CALL_MAX: largest size, default 64 MiB). KCFGS: the bench
 #          configurations, "gpu_posted posted_kernel_blocks gpu_hop3_gather_min_bytes
 #          posted_proxy_min_bytes [posted_wake_early [posted_wake_lead_us]]" separated by ';'; KSTREAM: the posted_kernel_blocks values of
-#          the stream-ordered table (default "2 0", "none" for no table); KNPS: their rank counts (default "4 8"); KSTREAM_POSTED: gpu_posted of its blocking
+#          the stream-ordered table (default "2 0", "none" for no table; "2:3" the same at verbose 3); KNPS: their rank counts (default "4 8"); KSTREAM_POSTED: gpu_posted of its blocking
 #          calls (default 1); KSTREAM_VERBOSE=3: the calling thread's phases of its idle-stream
 #          calls; KSTREAM_MAX: the table's largest size (default CALL_MAX).
 #   kdiag: where GPU-posted calls spend their time (verbose-3 host timestamps and the calling
@@ -496,18 +496,24 @@ if [[ $mode == callkernel ]]; then
             echo "== device buffers, $np ranks, 2 virtual nodes (shm), gpu_posted=$p posted_kernel_blocks=$kb gpu_hop3_gather_min_bytes=$g posted_proxy_min_bytes=$pm posted_wake_early=$we posted_wake_lead_us=$wl"
             grep -E "^#|^ +[0-9]" "$f"
         done
-        for kb in ${KSTREAM:-2 0}; do
-            [[ $kb == none ]] && continue
-            f="$out/kstream_np${np}_k$kb.txt"
-            RUN_MCA="coll_twohop_posted_kernel_blocks=$kb coll_twohop_enqueue_on_device_min_bytes=0 coll_twohop_gpu_posted=${KSTREAM_POSTED:-1} coll_twohop_verbose=${KSTREAM_VERBOSE:-0}" \
+        for kv in ${KSTREAM:-2 0}; do
+            [[ $kv == none ]] && continue
+            # Each entry: posted_kernel_blocks, with ":3" the same table at verbose 3 (its
+            # phases; logging every call slows the back-to-back columns).
+            kb=${kv%%:*}
+            vb=0
+            [[ $kv == *:* ]] && vb=${kv#*:}
+            ((${KSTREAM_VERBOSE:-0} >= 3)) && vb=${KSTREAM_VERBOSE}
+            f="$out/kstream_np${np}_k${kb}_v$vb.txt"
+            RUN_MCA="coll_twohop_posted_kernel_blocks=$kb coll_twohop_enqueue_on_device_min_bytes=0 coll_twohop_gpu_posted=${KSTREAM_POSTED:-1} coll_twohop_verbose=$vb" \
                 run $np rr:2 0 -- "${shm[@]}" \
                 "$build/mpi_tests/enqueue_allreduce" sizes --max-bytes ${KSTREAM_MAX:-${CALL_MAX:-67108864}} \
                 >"$f" 2>&1 || status=1
-            echo "== stream-ordered on 2 virtual nodes (shm), $np ranks, posted_kernel_blocks=$kb, blocking calls gpu_posted=${KSTREAM_POSTED:-1}"
+            echo "== stream-ordered on 2 virtual nodes (shm), $np ranks, posted_kernel_blocks=$kb, blocking calls gpu_posted=${KSTREAM_POSTED:-1}, verbose $vb"
             grep -E "^#|^[0-9b]" "$f"
             # Verbose 3: the calling thread's phases of the calls issued on an idle stream (each
             # size's last 9 calls on every rank), medians and maxima over ranks and calls (us).
-            ((${KSTREAM_VERBOSE:-0} >= 3)) && python3 - "$f" <<'PY'
+            ((vb >= 3)) && python3 - "$f" <<'PY'
 import re, sys, statistics as st
 calls = {}
 pat = re.compile(r"\[[^:]*:(\d+)\].*stream-ordered call on the device buffers: (\d+) B.*"
