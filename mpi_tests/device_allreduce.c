@@ -24,7 +24,8 @@
  *          memcpy, which crashes on device memory). Also under mpirun -np 1.
  *        device_allreduce bench [--stage] [--pinned] [--max BYTES] [--repeat R]
  *          MPI_FLOAT sum on device buffers, 8 B .. BYTES (default 256 MiB, x4 steps): median
- *          over iterations of the slowest rank's time, the calling thread's CPU time per call,
+ *          over iterations of the slowest rank's time, rank 0's calling-thread CPU time per
+ *          call (inside the timed call only: not the barrier before it),
  *          and the HBM bound (all ranks copy n bytes device-to-device at once) measured in the
  *          same run; --stage times device->host copy, MPI_Allreduce on host, host->device copy
  *          instead (the way users stage by hand with a non-CUDA-aware MPI); --pinned adds the
@@ -363,9 +364,12 @@ static int bench(bool stage, bool pinned, size_t max_bytes) {
             MPI_Allreduce(stage ? (void *)h_in : d_in, stage ? (void *)h_out : d_out, count,
                           MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
         }
-        double cpu0 = thread_cpu_s();
+        /* The calling thread's CPU time inside the timed calls only (not the barrier, whose
+         * spin is the other ranks' lateness, nor the timing allreduce). */
+        double cpu_sum = 0;
         for (int i = 0; i < iters; i++) {
             MPI_Barrier(MPI_COMM_WORLD);
+            const double cpu0 = thread_cpu_s();
             double t0 = MPI_Wtime();
             if (stage) {
                 CK(cudaMemcpy(h_in, d_in, n, cudaMemcpyDeviceToHost));
@@ -375,10 +379,11 @@ static int bench(bool stage, bool pinned, size_t max_bytes) {
                 MPI_Allreduce(d_in, d_out, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
             }
             double dt = MPI_Wtime() - t0, worst;
+            cpu_sum += thread_cpu_s() - cpu0;
             MPI_Allreduce(&dt, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
             t[i] = worst;
         }
-        double cpu = (thread_cpu_s() - cpu0) / iters;
+        double cpu = cpu_sum / iters;
         qsort(t, iters, sizeof(double), cmp_double);
         const double med = t[iters / 2];
         /* HBM bound: every rank copies n bytes device-to-device at once. */
