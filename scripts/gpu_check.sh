@@ -40,7 +40,8 @@
 #          posted_proxy_min_bytes [posted_wake_early [posted_wake_lead_us]]" separated by ';'; KSTREAM: the posted_kernel_blocks values of
 #          the stream-ordered table (default "2 0", "none" for no table; "2:3" the same at verbose 3); KNPS: their rank counts (default "4 8"); KSTREAM_POSTED: gpu_posted of its blocking
 #          calls (default 1); KSTREAM_VERBOSE=3: the calling thread's phases of its idle-stream
-#          calls; KSTREAM_MAX: the table's largest size (default CALL_MAX).
+#          calls; KSTREAM_MAX: the table's largest size (default CALL_MAX); KHOST=MIN:MAX: host
+#          against device buffers (defaults), OSU-style, that size range.
 #   kdiag: where GPU-posted calls spend their time (verbose-3 host timestamps and the calling
 #          thread's CPU time in the rounds and after them, medians per size, calling thread or
 #          proxy driving, kernel or stream operations; KDIAG_CFGS: "posted_kernel_blocks
@@ -496,6 +497,22 @@ if [[ $mode == callkernel ]]; then
             echo "== device buffers, $np ranks, 2 virtual nodes (shm), gpu_posted=$p posted_kernel_blocks=$kb gpu_hop3_gather_min_bytes=$g posted_proxy_min_bytes=$pm posted_wake_early=$we posted_wake_lead_us=$wl"
             grep -E "^#|^ +[0-9]" "$f"
         done
+        if [[ -n ${KHOST:-} ]]; then
+            # Host buffers against device buffers (defaults) on the same virtual nodes, one
+            # OSU-style sweep each, x2 steps (1 MiB included): the issue's "device at least as
+            # fast as host from 1 MiB".
+            for d in host cuda; do
+                dev=()
+                [[ $d == cuda ]] && dev=(-d cuda)
+                run $np rr:2 0 -- "${shm[@]}" "$build/mpi_tests/twohop_osu_allreduce" "${dev[@]}" \
+                    -f --expect-twohop -T mpi_float -m $KHOST -i 20 -x 5 \
+                    >"$out/khost_${d}_np$np.txt" 2>&1 || status=1
+            done
+            echo "== host against device buffers, $np ranks, 2 virtual nodes (shm), defaults: bytes host_us device_us device/host"
+            join <(grep -E "^[0-9]" "$out/khost_host_np$np.txt" | awk '{print $1, $2}') \
+                <(grep -E "^[0-9]" "$out/khost_cuda_np$np.txt" | awk '{print $1, $2}') |
+                awk '{printf "%10s %10s %10s %6.2f\n", $1, $2, $3, $3 / $2}'
+        fi
         for kv in ${KSTREAM:-2 0}; do
             [[ $kv == none ]] && continue
             # Each entry: posted_kernel_blocks, with ":3" the same table at verbose 3 (its
