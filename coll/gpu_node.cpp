@@ -715,7 +715,7 @@ bool ensure_ring(twohop_comm *c, int device) {
  * blocking calls run one at a time. */
 constexpr int kCounterRegions = static_cast<int>(twohop::StreamSlots::kMax) + 1;
 constexpr int kBlockingCounters = kCounterRegions - 1;
-constexpr size_t kCounterWords = 3 * twohop::PostedCallArgs::kMaxSets;
+constexpr size_t kCounterWords = twohop::PostedCallArgs::kCounters;
 
 /* Region `index` of the call kernels' counters on `device`, allocated and zeroed on first
  * use; nullptr on a driver error. */
@@ -807,6 +807,8 @@ struct PostedSchedule {
     bool ok = true;
     uint64_t ready_seq = 0;         // call(): the kernel's `ready` handshake (posted_call.h)
     int ready_word = 0;             // on RankFlags::ready[ready_word]
+    uint64_t *end_word = nullptr;   // call(): the word the kernel's last block writes at its
+    uint64_t end_value = 0;         //   end (posted_call.h), device address, and its value
 
     uint64_t depth() const { return static_cast<uint64_t>(c->depth); }
     uint64_t shards() const { return static_cast<uint64_t>(c->topo.n_shards()); }
@@ -902,6 +904,8 @@ struct PostedSchedule {
             a.ready[l] = static_cast<uint64_t *>(ready_addr(c, l, ready_word));
         }
         a.ready_seq = ready_seq;
+        a.end_word = end_word;
+        a.end_value = end_value;
         for (int set = 0; set < c->depth; ++set) {
             a.result[set] = h.shm_dev + (c->shm.result(set) - h.shm_host);
         }
@@ -1103,16 +1107,19 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
     };
     auto enqueue_more = [&]() -> bool {
         if (kernel_blocks > 0 && next_k == 0) {
+            sched.end_word = &h.ring_dev->drained; // the kernel ends the call: no stream write
+            sched.end_value = 1;
             sched.call(counters, kernel_blocks);
             next_k = nseg;
+            if (sched.ok) enqueued_all.store(true, std::memory_order_release);
         }
         while (sched.ok && next_k < nseg && next_k < results() + window) {
             if (next_k >= depth) sched.finish(next_k - depth);
             sched.start(next_k);
             ++next_k;
         }
-        if (sched.ok && next_k == nseg) {
-            if (kernel_blocks == 0) sched.tail();
+        if (sched.ok && next_k == nseg && kernel_blocks == 0) {
+            sched.tail();
             sched.ok = sched.ok && cuda::write_flag(dev, nullptr, &h.ring_dev->drained, 1);
             if (sched.ok) enqueued_all.store(true, std::memory_order_release);
         }
@@ -1124,10 +1131,11 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
     // 2. The proxy thread posts hop 2 as the doorbell announces segments; this thread sleeps.
     RingBackend backend(c, red, count, seg_items, s0, nseg, h.ring, [&]() -> int {
         if (enqueue_failed.load(std::memory_order_acquire)) return TWOHOP_ERR_TRANSPORT;
-        // The stream writes `drained` after the call's last operation (no CUDA call here).
+        // `drained` follows the call's last operation: the kernel's last block writes it, or
+        // the stream after the last stream operation (no CUDA call here).
         if (!enqueued_all.load(std::memory_order_acquire)) return 0;
         if (__atomic_load_n(&h.ring->drained, __ATOMIC_ACQUIRE) == 0) return 0;
-        // The stream writes `drained` after the kernel, also when a wait of it timed out.
+        // `drained` is written also when a wait of the kernel timed out.
         return __atomic_load_n(&h.ring->fault, __ATOMIC_ACQUIRE) != 0 ? int(TWOHOP_ERR_TIMEOUT) : 1;
     });
     backend.gates(); // the segments whose sets are free already need no wait on the GPU
@@ -1517,6 +1525,8 @@ int gpu_stream_posted(twohop_comm *c, const twohop_userbuf &in, const twohop_use
         // The kernel writes my `ready` and waits for the local ranks' (no stream operations).
         sched.ready_seq = s0 + 1;
         sched.ready_word = ready_word;
+        sched.end_word = slot.released_dev; // the kernel writes `released`: one launch in all
+        sched.end_value = slot.token;
         sched.call(counters, kernel_blocks);
     } else {
         sched.ok = cuda::write_flag(device, st, ready_addr(c, me, ready_word), s0 + 1);
@@ -1531,8 +1541,8 @@ int gpu_stream_posted(twohop_comm *c, const twohop_userbuf &in, const twohop_use
             sched.start(k);
         }
         sched.tail();
+        sched.ok = sched.ok && cuda::write_flag(device, st, slot.released_dev, slot.token);
     }
-    sched.ok = sched.ok && cuda::write_flag(device, st, slot.released_dev, slot.token);
     const bool gathered = h.gather;
     h.gather = false;
     if (!sched.ok) {

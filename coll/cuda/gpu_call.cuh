@@ -255,6 +255,17 @@ __device__ bool call_finish(const PostedCallArgs &a, uint64_t k, unsigned long l
  * an earlier segment waits for its hop-2 result, as the copy engine and the kernels overlap
  * in the CPU-posted pipeline. The gates keep them at most depth segments apart.
  */
+/* Every thread of every block, once, whichever way it left posted_call: the last block to
+ * arrive writes the call's end word (after arrive's system fences: every block's writes, data
+ * and flags, are visible first). */
+__device__ void call_exit(const PostedCallArgs &a) {
+    if (a.end_word == nullptr) return;
+    if (arrive(a, PostedCallArgs::kExitCounter / PostedCallArgs::kMaxSets, 0, 0, gridDim.x) &&
+        threadIdx.x == 0) {
+        st_release_sys(a.end_word, a.end_value);
+    }
+}
+
 template <typename T, typename Op> __device__ void posted_call(const PostedCallArgs &a) {
     const unsigned half = gridDim.x / 2;
     const bool hop1 = blockIdx.x < half;
@@ -297,6 +308,7 @@ template <typename T, typename Op> __device__ void posted_call(const PostedCallA
     extern "C" __global__ void __launch_bounds__(512, 2)                                       \
         th_call_##D##_##OP(const __grid_constant__ twohop::PostedCallArgs a) {                 \
         posted_call<T, F>(a);                                                                  \
+        call_exit(a);                                                                          \
     }
 TWOHOP_GPU_KERNELS(TWOHOP_DEFINE_CALL_KERNEL)
 

@@ -27,7 +27,8 @@
  * ends, checked first, when the ring's `fault` word is set: the host sets it (2) before it
  * releases a failed call's words, so no wait passes on a released word, and a wait that times
  * out sets it (1) itself. Either way the blocks publish nothing more and leave the kernel; the
- * host job reads `fault` after the stream's end word and reports the failure.
+ * host job reads `fault` after the call's end word and reports the failure. The end word
+ * (end_word) is written by the last block to leave, after every block's writes.
  *
  * Every block must be resident at once (a block waits for words that other blocks of the
  * grid write): the grid is small (2 x coll_twohop_posted_kernel_blocks, at most 128 blocks of
@@ -67,6 +68,9 @@ TWOHOP_HOST_DEVICE inline bool arrival_last(uint64_t next, uint64_t use, uint64_
 struct PostedCallArgs {
     static constexpr int kMaxRanks = 16; // local ranks (TWOHOP_GPU_MAX_RANKS)
     static constexpr int kMaxSets = 8;   // buffer sets (coll_twohop_pipeline_depth <= 8)
+    // Counters: 3 steps x kMaxSets sets (arrive(): event * kMaxSets + set), then the exits.
+    static constexpr int kExitCounter = 3 * kMaxSets;
+    static constexpr int kCounters = kExitCounter + 1;
     DoorbellRing *ring;                  // the call's ring and gates (device address)
     const char *in[kMaxRanks];           // every local rank's input, mapped here
     char *out[kMaxRanks];                // [me]: my receive buffer; gathering: every rank's
@@ -74,7 +78,7 @@ struct PostedCallArgs {
     uint64_t *gathered[kMaxRanks];       // every local rank's `gathered` and `done` flags
     uint64_t *done[kMaxRanks];           //   (host shared memory, device addresses)
     uint64_t *ready[kMaxRanks];          // every local rank's `ready` flag (ready_seq != 0)
-    unsigned long long *counters;        // 3 x kMaxSets arrival counters (device memory)
+    unsigned long long *counters;        // kCounters arrival counters (device memory)
     uint64_t s0;                         // the call's segments are s0 + 1 .. s0 + nseg
     uint64_t nseg;
     uint64_t count;                      // items in the message
@@ -86,6 +90,12 @@ struct PostedCallArgs {
     // stream reached the call: my input is final) and hop 1 waits for every local rank's;
     // 0 (the blocking form): the host knows the inputs are final, no handshake.
     uint64_t ready_seq;
+    // The call's end: the block that leaves the kernel last (every block counts its exit on
+    // counter kExitCounter, also after a fault) writes end_value there after a system fence
+    // (the blocking form's ring `drained`, the stream-ordered form's `released`): no stream
+    // operation after the kernel. Null: none (the host enqueues the write).
+    uint64_t *end_word;
+    uint64_t end_value;
     int32_t local_size, me, depth, shards;
     int32_t n_mine;                      // shards this rank owns (mine[0 .. n_mine - 1])
     int32_t gather;                      // hop 3 gathered through CUDA IPC
