@@ -414,9 +414,9 @@ if [[ $mode == kdiag ]]; then
             RUN_MCA="coll_twohop_verbose=3 coll_twohop_gpu_posted=1 coll_twohop_posted_kernel_blocks=$kb coll_twohop_posted_proxy_min_bytes=$pm coll_twohop_posted_wake_lead_us=${wl:-50}" \
                 run $np rr:2 0 -- "${shm[@]}" "$build/mpi_tests/twohop_osu_allreduce" -d cuda \
                 -f --expect-twohop -T mpi_float -m 8192:${KDIAG_MAX:-8388608} -i 30 -x 5 \
-                >"$out/kdiag_v3_np${np}_k${kb}_p$pm.txt" 2>&1 || status=1
+                >"$out/kdiag_v3_np${np}_k${kb}_p${pm}_wl${wl:-50}.txt" 2>&1 || status=1
             echo "== GPU-posted host timestamps, $np ranks, posted_kernel_blocks=$kb posted_proxy_min_bytes=$pm posted_wake_lead_us=${wl:-50} (median us over ranks and calls)"
-            python3 - "$out/kdiag_v3_np${np}_k${kb}_p$pm.txt" <<'PY'
+            python3 - "$out/kdiag_v3_np${np}_k${kb}_p${pm}_wl${wl:-50}.txt" <<'PY'
 import re, statistics, sys
 per = {}
 for line in open(sys.argv[1], errors="replace"):
@@ -432,7 +432,7 @@ for b in sorted(per):
     print(f"{b:>10} {len(v):>5} " + " ".join(f"{statistics.median(c):10.1f}" for c in cols) +
           f"   {p90:.1f}")
 PY
-            grep -E "^[0-9]" "$out/kdiag_v3_np${np}_k${kb}_p$pm.txt" | head -20
+            grep -E "^[0-9]" "$out/kdiag_v3_np${np}_k${kb}_p${pm}_wl${wl:-50}.txt" | head -20
         done
         IFS=';' read -ra bcfgs <<<"${KDIAG_SWEEP-0 8;1 1;1 2;1 4;1 8;1 16}"
         for cfg in "${bcfgs[@]}"; do
