@@ -1212,10 +1212,12 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
     }
     h.pending = false;
     g_posted_calls.fetch_add(1, std::memory_order_relaxed);
-    if (gate_seen && t_done > t_gate) { // the proxy's steps ended: this thread reads alone
-        h.tail_us[size_class] = static_cast<float>(
-            std::chrono::duration<double, std::micro>(t_done - t_gate).count());
-    }
+    // The tail this call took (the proxy's steps ended: this thread reads alone), the next
+    // call's prediction; one outlier delays one call's early wake-up at most.
+    const double tail = gate_seen && t_done > t_gate
+                            ? std::chrono::duration<double, std::micro>(t_done - t_gate).count()
+                            : -1.0;
+    if (tail >= 0) h.tail_us[size_class] = static_cast<float>(tail);
     if (timed) {
         const double cpu_end = twohop::thread_cpu_s();
         char msg[512];
@@ -1230,8 +1232,7 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
                       std::chrono::duration<double, std::micro>(t_start - h.call_entry).count(),
                       1e6 * (cpu_start - h.call_entry_cpu), t_first, t_hop2,
                       std::chrono::duration<double, std::micro>(Clock::now() - t_start).count(),
-                      1e6 * (cpu_end - cpu_start), predicted_tail,
-                      static_cast<double>(h.tail_us[size_class]));
+                      1e6 * (cpu_end - cpu_start), predicted_tail, tail);
         c->host.log(3, msg);
     }
     return TWOHOP_OK;

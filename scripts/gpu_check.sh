@@ -509,9 +509,9 @@ if [[ $mode == callkernel ]]; then
                     >"$out/khost_${d}_np$np.txt" 2>&1 || status=1
             done
             echo "== host against device buffers, $np ranks, 2 virtual nodes (shm), defaults: bytes host_us device_us device/host"
-            join <(grep -E "^[0-9]" "$out/khost_host_np$np.txt" | awk '{print $1, $2}') \
-                <(grep -E "^[0-9]" "$out/khost_cuda_np$np.txt" | awk '{print $1, $2}') |
-                awk '{printf "%10s %10s %10s %6.2f\n", $1, $2, $3, $3 / $2}'
+            join <(grep -E "^[0-9]" "$out/khost_host_np$np.txt" | awk '{print $1, $2}' | sort -k1,1) \
+                <(grep -E "^[0-9]" "$out/khost_cuda_np$np.txt" | awk '{print $1, $2}' | sort -k1,1) |
+                sort -n | awk '{printf "%10s %10s %10s %6.2f\n", $1, $2, $3, $3 / $2}'
         fi
         for kv in ${KSTREAM:-2 0}; do
             [[ $kv == none ]] && continue

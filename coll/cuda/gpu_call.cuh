@@ -249,15 +249,11 @@ __device__ bool call_finish(const PostedCallArgs &a, uint64_t k, unsigned long l
     return true;
 }
 
-/*
- * The grid's first half runs hop 1 (start) of every segment in order, the second half hop 3
- * (finish), so neither waits for the other's gate: hop 1 of segment k + 1 runs while hop 3 of
- * an earlier segment waits for its hop-2 result, as the copy engine and the kernels overlap
- * in the CPU-posted pipeline. The gates keep them at most depth segments apart.
- */
 /* Every thread of every block, once, whichever way it left posted_call: the last block to
  * arrive writes the call's end word (after arrive's system fences: every block's writes, data
  * and flags, are visible first). */
+static_assert(PostedCallArgs::kExitCounter % PostedCallArgs::kMaxSets == 0,
+              "arrive() addresses the exit counter as event kExitCounter / kMaxSets, set 0");
 __device__ void call_exit(const PostedCallArgs &a) {
     if (a.end_word == nullptr) return;
     if (arrive(a, PostedCallArgs::kExitCounter / PostedCallArgs::kMaxSets, 0, 0, gridDim.x) &&
@@ -265,6 +261,13 @@ __device__ void call_exit(const PostedCallArgs &a) {
         st_release_sys(a.end_word, a.end_value);
     }
 }
+
+/*
+ * The grid's first half runs hop 1 (start) of every segment in order, the second half hop 3
+ * (finish), so neither waits for the other's gate: hop 1 of segment k + 1 runs while hop 3 of
+ * an earlier segment waits for its hop-2 result, as the copy engine and the kernels overlap
+ * in the CPU-posted pipeline. The gates keep them at most depth segments apart.
+ */
 
 template <typename T, typename Op> __device__ void posted_call(const PostedCallArgs &a) {
     const unsigned half = gridDim.x / 2;

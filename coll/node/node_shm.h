@@ -38,9 +38,10 @@ struct alignas(128) RankFlags {
                                     // written before `arrived`: local peers compare sizes
     std::atomic<uint64_t> vote;     // GPU path round: (seq << 1) | "I can take it"
     /* Stream-ordered GPU path: my input of `seq` is complete (written by my GPU stream, not
-     * by the host). One word per call in flight: a multi-node call uses
-     * ready[ordinal % kReadyWords] (ready_word()), so a call that reaches the GPU before an
-     * earlier one (unordered streams) never satisfies the earlier call's wait. */
+     * by the host). One word per call in flight: a multi-node call uses ready[n % kReadyWords]
+     * for the communicator's n-th such call (twohop_comm::stream_ready_calls), so a call that
+     * reaches the GPU before an earlier one (unordered streams) never satisfies the earlier
+     * call's wait; the single-node form uses ready[0]. */
     static constexpr int kReadyWords = 8;
     std::atomic<uint64_t> ready[kReadyWords];
     std::atomic<uint64_t> failed_seq; // first sequence number of the call that failed (written

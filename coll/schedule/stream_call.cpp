@@ -23,10 +23,10 @@ static_assert(StreamSlot::kRingOffset >= sizeof(StreamWords) &&
                   StreamSlot::kRingOffset + sizeof(DoorbellRing) <= kPage,
               "the words and the ring share one page");
 // A call on the GPU path writes RankFlags::ready[n % kReadyWords] for its n-th such call. It
-// acquires a slot first, so the call kReadyWords before it has released its slot (its stream
-// ended, after the whole node passed its handshake) — with room for twice the slots, also if
-// jobs ever overlap their neighbours. Calls on unordered streams then never read another
-// call's `ready`.
+// acquires a slot first, and jobs finish in call order, so the call kMax before it has
+// released its slot (its stream ended, after the whole node passed its handshake); the words
+// leave room for twice the slots, also if jobs ever overlap their neighbours. Calls on
+// unordered streams then never read another call's `ready`.
 static_assert(twohop::RankFlags::kReadyWords >= 2 * twohop::StreamSlots::kMax,
               "one ready word per stream-ordered call in flight, with margin");
 
