@@ -456,6 +456,39 @@ static void case_event(void) {
 }
 
 /* The size table (usage above). */
+/* The return time of a call of n floats issued on the idle stream s, the ranks entering
+ * together (after_small: right after an 8-byte call): median of 9 of the slowest rank, s. */
+static double idle_return(float *in, float *out, int n, cudaStream_t s, bool after_small) {
+    double t[9];
+    for (int k = 0; k < 9; k++) {
+        CK(cudaStreamSynchronize(s));
+        if (after_small) {
+            if (twohop_allreduce_enqueue(in, out, 2, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, s) !=
+                MPI_SUCCESS) {
+                fail("sizes: enqueue returned an error");
+            }
+            CK(cudaStreamSynchronize(s));
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
+        const double c0 = now_s();
+        if (twohop_allreduce_enqueue(in, out, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, s) !=
+            MPI_SUCCESS) {
+            fail("sizes: enqueue returned an error");
+        }
+        double r = now_s() - c0;
+        MPI_Allreduce(&r, &t[k], 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    }
+    CK(cudaStreamSynchronize(s));
+    for (int i = 1; i < 9; i++) { // insertion sort
+        for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
+            const double x = t[j];
+            t[j] = t[j - 1];
+            t[j - 1] = x;
+        }
+    }
+    return t[4];
+}
+
 static int sizes(int argc, char **argv) {
     long long max_bytes = 256LL << 20;
     for (int i = 2; i < argc; i++) {
@@ -522,54 +555,12 @@ static int sizes(int argc, char **argv) {
         }
         // The return of a call that finds its stream idle and no call in flight (the ranks
         // enter together): what the call itself costs the calling thread, without the wait
-        // for a free host copy that back-to-back calls reach once 4 are in flight.
-        double idle[9];
-        for (int k = 0; k < 9; k++) {
-            CK(cudaStreamSynchronize(s));
-            MPI_Barrier(MPI_COMM_WORLD);
-            const double c0 = now_s();
-            if (twohop_allreduce_enqueue(in, out, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, s) !=
-                MPI_SUCCESS) {
-                fail("sizes: enqueue returned an error");
-            }
-            double r = now_s() - c0, worst;
-            MPI_Allreduce(&r, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-            idle[k] = worst;
-        }
-        CK(cudaStreamSynchronize(s));
-        // The same after an 8-byte call (enqueued and synchronised): whatever the previous
-        // call of this size left behind on the host (its proxy job, the caches its hop 2
-        // swept) is gone; what remains grows with the size only if the call's own work does.
-        double warm[9];
-        for (int k = 0; k < 9; k++) {
-            if (twohop_allreduce_enqueue(in, out, 2, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, s) !=
-                MPI_SUCCESS) {
-                fail("sizes: enqueue returned an error");
-            }
-            CK(cudaStreamSynchronize(s));
-            MPI_Barrier(MPI_COMM_WORLD);
-            const double c0 = now_s();
-            if (twohop_allreduce_enqueue(in, out, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, s) !=
-                MPI_SUCCESS) {
-                fail("sizes: enqueue returned an error");
-            }
-            double r = now_s() - c0, worst;
-            MPI_Allreduce(&r, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-            warm[k] = worst;
-            CK(cudaStreamSynchronize(s));
-        }
-        for (int i = 1; i < 9; i++) { // insertion sort
-            for (int j = i; j > 0 && idle[j] < idle[j - 1]; j--) {
-                const double x = idle[j];
-                idle[j] = idle[j - 1];
-                idle[j - 1] = x;
-            }
-            for (int j = i; j > 0 && warm[j] < warm[j - 1]; j--) {
-                const double x = warm[j];
-                warm[j] = warm[j - 1];
-                warm[j - 1] = x;
-            }
-        }
+        // for a free host copy that back-to-back calls reach once 4 are in flight; then the
+        // same right after an 8-byte call (whatever the previous call of this size left
+        // behind on the host -- its proxy job, the caches its hop 2 swept -- is gone: what
+        // remains grows with the size only if the call's own work does).
+        const double idle = idle_return(in, out, n, s, false);
+        const double warm = idle_return(in, out, n, s, true);
         double ret_all = 0;
         MPI_Allreduce(&ret_max, &ret_all, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
         for (int i = 1; i < nret; i++) { // insertion sort
@@ -581,7 +572,7 @@ static int sizes(int argc, char **argv) {
         }
         if (rank == 0) {
             printf("%-12lld %10.1f %12.1f %12.1f %12.1f %12.1f %12.1f %8.2f\n", bytes,
-                   rets[nret / 2] * 1e6, ret_all * 1e6, idle[4] * 1e6, warm[4] * 1e6,
+                   rets[nret / 2] * 1e6, ret_all * 1e6, idle * 1e6, warm * 1e6,
                    t_enq / calls * 1e6,
                    t_blk / calls * 1e6, t_enq / t_blk);
             fflush(stdout);
