@@ -315,6 +315,11 @@ extern "C" int twohop_comm_allreduce_enqueue(twohop_comm *c, const twohop_userbu
                                              const twohop_reduction *red, void *stream,
                                              int *enqueued, char *why, size_t whylen) {
     *enqueued = 0;
+    // A CUDA graph would replay the stream's half of the call alone: refused on any
+    // communicator (the front ends refuse before staging; this covers every caller).
+    if (c->poisoned == TWOHOP_OK && count > 0 && twohop_stream_capturing(stream)) {
+        return twohop_comm_refuse_capture(c, why, whylen);
+    }
     // Several nodes: the call stays on the stream when this rank's buffers allow it
     // (schedule/stream_call.h); a poisoned communicator fails in call() as always.
     if (c->poisoned == TWOHOP_OK) {
@@ -334,6 +339,26 @@ extern "C" int twohop_stream_sync(void *stream) {
     if (stream && dev < 0) return -1;
     if (!stream) return twohop::cuda::sync_current() ? 0 : -1;
     return twohop::cuda::stream_sync(dev, stream) ? 0 : -1;
+}
+
+extern "C" int twohop_stream_capturing(void *stream) {
+    return twohop::cuda::stream_capturing(stream ? stream : twohop::cuda::legacy_stream()) != 0;
+}
+
+extern "C" int twohop_comm_refuse_capture(twohop_comm *c, char *why, size_t whylen) {
+    twohop::lock_engine(c); // the calls queued before this one end first (their failures are theirs)
+    twohop::drain_queue(c);
+    twohop::unlock_engine(c);
+    if (c->poisoned != TWOHOP_OK) {
+        twohop::poisoned_message(c, why, whylen);
+        return TWOHOP_ERR_POISONED;
+    }
+    std::snprintf(why, whylen, "twohop_allreduce_enqueue on a stream being captured into a CUDA "
+                  "graph is refused (a replay would run the stream's half of the call without "
+                  "its host half; or the stream's capture state could not be read)");
+    c->call_first_seq = c->seq + 1;
+    c->fail(TWOHOP_ERR_HOST, why);
+    return TWOHOP_ERR_HOST;
 }
 
 extern "C" void twohop_comm_abort(twohop_comm *c, int status, const char *why) {

@@ -1010,6 +1010,21 @@ static int allreduce_impl(const void *sbuf, void *rbuf, int count, ompi_datatype
     const call_route route = route_call(m, count, dtype, op, &a, &why, false);
     if (route == CALL_EMPTY) return MPI_SUCCESS;
     if (route == CALL_BROKEN) return MPI_ERR_OTHER;
+    /* A stream being captured into a CUDA graph: refused before any staging or wait on the
+     * stream (either would invalidate the capture). A served call fails on every rank
+     * (twohop_comm_refuse_capture); a call twohop does not serve fails here alone. */
+    if (enqueue && twohop_stream_capturing(stream)) {
+        if (route == CALL_SERVE) {
+            char cwhy[256];
+            (void)twohop_comm_refuse_capture(m->core, cwhy, sizeof(cwhy));
+            report_failure(m, cwhy);
+        } else {
+            opal_output(0, "coll:twohop: comm %s: twohop_allreduce_enqueue on a stream being "
+                        "captured into a CUDA graph is refused (this call is not served by "
+                        "twohop: %s; the other ranks are not told)", m->comm->c_name, why);
+        }
+        return MPI_ERR_OTHER;
+    }
     /* Only device buffers of the canonical layout can stay on the stream. */
     if (enqueue && (route == CALL_FALLBACK || a.kin != TWOHOP_KIND_CUDA ||
                     a.kout != TWOHOP_KIND_CUDA ||
@@ -1120,6 +1135,12 @@ mca_coll_twohop_allreduce_enqueue(const void *sbuf, void *rbuf, int count, MPI_D
     }
     if (err != MPI_SUCCESS) return OMPI_ERRHANDLER_INVOKE(comm, err, fn);
     if (comm->c_coll->coll_allreduce != twohop_allreduce) {
+        if (count > 0 && twohop_stream_capturing(stream)) { /* waiting would end the capture */
+            opal_output(0, "coll:twohop: comm %s: twohop_allreduce_enqueue on a stream being "
+                        "captured into a CUDA graph is refused (twohop does not serve this "
+                        "communicator)", comm->c_name);
+            return OMPI_ERRHANDLER_INVOKE(comm, MPI_ERR_OTHER, fn);
+        }
         if (twohop_stream_sync(stream) != 0) {
             return OMPI_ERRHANDLER_INVOKE(comm, MPI_ERR_OTHER, fn);
         }

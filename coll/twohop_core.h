@@ -196,6 +196,23 @@ int twohop_core_progress(void);
  * Returns 0 on success, -1 on a driver error or without a CUDA driver. */
 int twohop_stream_sync(void *stream);
 
+/* 1 when `stream` (a CUstream; NULL: the legacy default stream) is being captured into a CUDA
+ * graph (cuStreamIsCapturing), or its capture state cannot be read (a driver error, e.g. the
+ * legacy stream during another stream's global capture); 0 otherwise, also without a CUDA
+ * driver or, for NULL, without a current context. Rank-local: a decision taken from it must be
+ * made collective (twohop_comm_refuse_capture). */
+int twohop_stream_capturing(void *stream);
+
+/*
+ * Refuses a stream-ordered call whose stream this rank is capturing into a CUDA graph: a graph
+ * would replay the stream's half of the call without the host's (rounds, sequence numbers,
+ * hop 2), so no replay could be a correct allreduce. The calls queued before it end first;
+ * then the call fails on every rank as twohop_comm_abort's do (the communicator is poisoned:
+ * its later allreduce calls fail too). Writes the reason to why[0, whylen) and returns
+ * TWOHOP_ERR_HOST (TWOHOP_ERR_POISONED when the communicator already was). Not collective.
+ */
+int twohop_comm_refuse_capture(twohop_comm *c, char *why, size_t whylen);
+
 /* Multi-node calls run in GPU-posted mode (coll_twohop_gpu_posted_calls), and the doorbells
  * the proxy thread found rung in them (coll_twohop_doorbells). */
 const unsigned long long *twohop_gpu_posted_calls_counter(void);

@@ -22,8 +22,9 @@
  * progress thread runs the allreduce's host side: pipeline-size calls whose node agrees (every
  * local rank's buffers shareable through CUDA IPC) stay on the device buffers (one GPU-posted
  * kernel on the stream); other calls stage the message through a host copy (at most 4 calls in
- * flight per communicator: a fifth call waits for the first to complete; such a call cannot be
- * captured into a CUDA graph: it fails with an error). Anything else (host memory,
+ * flight per communicator: a fifth call waits for the first to complete). A call on a stream
+ * being captured into a CUDA graph is refused on any communicator twohop serves: it fails with
+ * an error on every rank (later calls on the communicator fail too). Anything else (host memory,
  * user-defined ops, twohop not loaded) waits for the stream and runs MPI_Allreduce: correct,
  * not asynchronous. An event recorded on the stream after the call completes once the result
  * is in recvbuf.

@@ -22,8 +22,10 @@
  *          the three forms, device/managed/pool/pinned buffers, in place and not, a vector
  *          datatype with holes: exact results, holes untouched (coll/self copies with a host
  *          memcpy, which crashes on device memory). Also under mpirun -np 1.
- *        device_allreduce bench [--stage] [--pinned] [--max BYTES] [--repeat R]
- *          MPI_FLOAT sum on device buffers, 8 B .. BYTES (default 256 MiB, x4 steps): median
+ *        device_allreduce bench [--stage] [--pinned] [--min BYTES] [--max BYTES] [--step F]
+ *                               [--repeat R]
+ *          MPI_FLOAT sum on device buffers, MIN (default 8 B) .. BYTES (default 256 MiB, xF
+ *          steps, default 4; the last step is BYTES): median
  *          over iterations of the slowest rank's time, rank 0's calling-thread CPU time per
  *          call (inside the timed call only: not the barrier before it),
  *          and the HBM bound (all ranks copy n bytes device-to-device at once) measured in the
@@ -337,6 +339,7 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 static int g_repeat = 1; /* bench --repeat: the size sweep this many times */
+static size_t g_min_bytes = 8, g_step = 4; /* bench --min, --step */
 
 static int bench(bool stage, bool pinned, size_t max_bytes) {
     float *d_in, *d_out, *h_in = NULL, *h_out = NULL;
@@ -354,13 +357,14 @@ static int bench(bool stage, bool pinned, size_t max_bytes) {
                "of_bound_%", "cpu_us", pinned ? "    pinned_us pinned_GBs" : "");
     }
     for (int rep = 0; rep < g_repeat; rep++)
-    for (size_t n = 8; n <= max_bytes; n = n * 4 > max_bytes && n < max_bytes ? max_bytes : n * 4) {
+    for (size_t n = g_min_bytes; n <= max_bytes;
+         n = n * g_step > max_bytes && n < max_bytes ? max_bytes : n * g_step) {
         const int iters = n <= (1 << 20) ? 50 : n <= (16 << 20) ? 20 : 8;
         double *t = malloc(iters * sizeof(double));
         const int count = (int)(n / 4);
         /* Warm-up: more at the first size (the GPU's clocks, lazily loaded modules and the
          * driver's first IPC mappings; the first row was slower than the second before). */
-        for (int w = 0; w < (n == 8 ? 50 : 3); w++) {
+        for (int w = 0; w < (n == g_min_bytes ? 50 : 3); w++) {
             MPI_Allreduce(stage ? (void *)h_in : d_in, stage ? (void *)h_out : d_out, count,
                           MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
         }
@@ -462,12 +466,18 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--stage")) stage = true;
         else if (!strcmp(argv[i], "--pinned")) pinned = true;
         else if (!strcmp(argv[i], "--max") && i + 1 < argc) max_bytes = strtoull(argv[++i], NULL, 0);
+        else if (!strcmp(argv[i], "--min") && i + 1 < argc) g_min_bytes = strtoull(argv[++i], NULL, 0);
+        else if (!strcmp(argv[i], "--step") && i + 1 < argc) g_step = strtoull(argv[++i], NULL, 0);
         else if (!strcmp(argv[i], "--repeat") && i + 1 < argc) g_repeat = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--form") && i + 1 < argc) {
             ++i;
             g_form = !strcmp(argv[i], "nonblocking") ? FORM_NONBLOCKING
                      : !strcmp(argv[i], "persistent") ? FORM_PERSISTENT : FORM_BLOCKING;
         }
+    }
+    if (g_min_bytes < 4 || g_step < 2) {
+        if (rank == 0) fprintf(stderr, "device_allreduce: --min must be at least 4, --step at least 2\n");
+        MPI_Abort(MPI_COMM_WORLD, 2);
     }
     int rc = !strcmp(mode, "bench") ? bench(stage, pinned, max_bytes)
              : !strcmp(mode, "self") ? check_self() : check(expect);

@@ -36,6 +36,8 @@
  *   event        an event recorded after the call: another stream waiting for it, and the host
  *                after cudaEventSynchronize, see the exact result
  *   errors       count -1 and recvbuf MPI_IN_PLACE are errors (MPI_ERRORS_RETURN), not hangs
+ *   capture      a call on a stream being captured into a CUDA graph (every rank, then rank 0
+ *                alone) fails on every rank without invalidating the capture
  * With --expect-enqueued (one node, every rank on a GPU reaching the others) the MPI_T counter
  * coll_twohop_enqueued_calls must count exactly the calls that stay on the stream. With
  * --expect-enqueued-multinode (several nodes) every call of a rank with device buffers stays on
@@ -677,6 +679,84 @@ static int overlap(int argc, char **argv) {
     return 0;
 }
 
+/* Ends the capture begun on s; fails when twohop invalidated it (a wait or a synchronous copy
+ * on the capturing stream would have). */
+static void end_capture(cudaStream_t s, const char *what) {
+    cudaGraph_t g = NULL;
+    const cudaError_t e = cudaStreamEndCapture(s, &g);
+    if (e != cudaSuccess) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "%s: the capture was invalidated (%s)", what,
+                 cudaGetErrorString(e));
+        fail(msg);
+        (void)cudaGetLastError();
+    }
+    if (g) CK(cudaGraphDestroy(g));
+}
+
+/* A call on a stream being captured into a CUDA graph is refused with an error on every rank,
+ * not captured (a replay would skip its host half) and not waited for (that would invalidate
+ * the capture): first with every rank capturing (relaxed mode), then with rank 0 alone
+ * capturing (global mode), where the other ranks learn it from their call or, for a call that
+ * stayed on the stream, from the next call on the communicator. Each round on a communicator
+ * of its own, which the refusal poisons; MPI_COMM_WORLD stays usable (checked after). */
+static void case_capture(void) {
+    const long long n = 65537;
+    float *in, *out;
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CK(cudaMalloc((void **)&in, n * sizeof(float)));
+    CK(cudaMalloc((void **)&out, n * sizeof(float)));
+    if (enqueue_test_produce(in, n, (float)(rank + 1), 0, s) != 0) fail("capture: producer");
+    CK(cudaStreamSynchronize(s));
+    for (int round = 0; round < 2; round++) {
+        MPI_Comm comm;
+        MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+        float x = 1, y;
+        MPI_Allreduce(&x, &y, 1, MPI_FLOAT, MPI_SUM, comm); // set-up, outside the capture
+        const bool capturing = round == 0 || rank == 0;
+        const char *what = round == 0 ? "capture (every rank)" : "capture (rank 0 alone)";
+        if (capturing) {
+            CK(cudaStreamBeginCapture(s, round == 0 ? cudaStreamCaptureModeRelaxed
+                                                    : cudaStreamCaptureModeGlobal));
+        }
+        bool error = twohop_allreduce_enqueue(in, out, (int)n, MPI_FLOAT, MPI_SUM, comm, s) !=
+                     MPI_SUCCESS;
+        if (capturing) {
+            if (!error) {
+                char msg[160];
+                snprintf(msg, sizeof msg, "%s: the capturing rank's call returned MPI_SUCCESS",
+                         what);
+                fail(msg);
+            }
+            end_capture(s, what);
+        }
+        CK(cudaStreamSynchronize(s));
+        // Every rank must see the failure: from the call, else from the next one.
+        if (MPI_Allreduce(in, out, (int)n, MPI_FLOAT, MPI_SUM, comm) != MPI_SUCCESS) error = true;
+        int all = 0, me = error ? 1 : 0;
+        MPI_Allreduce(&me, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+        if (!all && rank == 0) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "%s: a rank saw no error from the refused call", what);
+            fail(msg);
+        }
+        MPI_Comm_free(&comm);
+    }
+    // The communicators the refusals poisoned are gone; MPI_COMM_WORLD is intact.
+    CK(cudaMemset(out, 0, n * sizeof(float)));
+    CK(cudaDeviceSynchronize());
+    if (MPI_Allreduce(in, out, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS) {
+        fail("capture: MPI_COMM_WORLD failed after the refusals");
+    }
+    check_on(out, n, 0, s, "capture: MPI_COMM_WORLD after the refusals");
+    if (rank == 0) printf("capture: refused on every rank in both rounds: %s\n",
+                          failures ? "see the failures above" : "OK");
+    CK(cudaFree(in));
+    CK(cudaFree(out));
+    CK(cudaStreamDestroy(s));
+}
+
 int main(int argc, char **argv) {
     const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
     int ndev = 0;
@@ -725,6 +805,7 @@ int main(int argc, char **argv) {
     case_pool();
     case_event();
     case_errors();
+    case_capture();
     if (multinode && pv.has_enq_mn && enqueued_mn() != enqueued()) {
         char msg[160];
         snprintf(msg, sizeof msg, "coll_twohop_enqueued_multinode_calls %llu != "

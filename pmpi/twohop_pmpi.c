@@ -688,6 +688,11 @@ static int allreduce_impl(const void *sbuf, void *rbuf, int count, MPI_Datatype 
         op == MPI_OP_NULL || rbuf == MPI_IN_PLACE || (sbuf == rbuf && count > 0) ||
         PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter ||
         PMPI_Comm_size(comm, &size) != MPI_SUCCESS || size < 2) {
+        if (enqueue && count > 0 && twohop_stream_capturing(stream)) { /* a wait ends a capture */
+            log_msg(0, "twohop_allreduce_enqueue on a stream being captured into a CUDA graph "
+                       "is refused (twohop does not serve this call)");
+            return call_errhandler(comm, MPI_ERR_OTHER);
+        }
         if (enqueue && twohop_stream_sync(stream) != 0) return call_errhandler(comm, MPI_ERR_OTHER);
         if (enabled && size == 1 && !inter && count > 0 && rbuf != MPI_IN_PLACE) {
             /* A single-rank communicator: the MPI copies with a host memcpy, which device
@@ -724,6 +729,23 @@ static int allreduce_impl(const void *sbuf, void *rbuf, int count, MPI_Datatype 
     if (why == NULL && s->setup_state < 0) why = "set-up failed";
     if (why == NULL) why = twohop_comm_cannot_serve(s->core, (uint64_t)count, red.item_bytes);
     const int canonical = why == NULL && is_canonical(dtype, base);
+    /* A stream being captured into a CUDA graph: refused before any staging or wait on the
+     * stream (either would invalidate the capture). A served call fails on every rank
+     * (twohop_comm_refuse_capture); a call twohop does not serve fails here alone. */
+    if (enqueue && twohop_stream_capturing(stream)) {
+        char cwhy[256], msg[320];
+        if (why == NULL) {
+            (void)twohop_comm_refuse_capture(s->core, cwhy, sizeof(cwhy));
+            s->error_reported = 1;
+            snprintf(msg, sizeof(msg), "allreduce failed: %s", cwhy);
+        } else {
+            snprintf(msg, sizeof(msg), "twohop_allreduce_enqueue on a stream being captured into "
+                     "a CUDA graph is refused (this call is not served by twohop: %s; the other "
+                     "ranks are not told)", why);
+        }
+        log_msg(0, msg);
+        return call_errhandler(comm, MPI_ERR_OTHER);
+    }
     if (enqueue && (why != NULL || kin != TWOHOP_KIND_CUDA || kout != TWOHOP_KIND_CUDA ||
                     !canonical)) {
         enqueue = 0; /* a blocking path: the inputs must be complete first */

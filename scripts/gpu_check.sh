@@ -39,7 +39,8 @@
 #          configurations, "gpu_posted posted_kernel_blocks gpu_hop3_gather_min_bytes
 #          posted_proxy_min_bytes [posted_wake_early [posted_wake_lead_us]]" separated by ';'; KSTREAM: the posted_kernel_blocks values of
 #          the stream-ordered table (default "2 0", "none" for no table; "2:3" the same at verbose 3); KNPS: their rank counts (default "4 8"); KSTREAM_POSTED: gpu_posted of its blocking
-#          calls (default 1); KSTREAM_VERBOSE=3: the calling thread's phases of its idle-stream
+#          calls (default 1); KBENCH_ARGS: more arguments of the bench (e.g. "--min 262144
+#          --step 2" for 1 MiB among the sizes); KSTREAM_VERBOSE=3: the calling thread's phases of its idle-stream
 #          calls; KSTREAM_MAX: the table's largest size (default CALL_MAX); KHOST=MIN:MAX: host
 #          against device buffers (defaults), OSU-style, that size range.
 #   kdiag: where GPU-posted calls spend their time (verbose-3 host timestamps and the calling
@@ -493,7 +494,7 @@ if [[ $mode == callkernel ]]; then
             f="$out/kbench_p${p}_k${kb}_g${g}_pm${pm}_we${we}_wl${wl}_np$np.txt"
             RUN_MCA="coll_twohop_gpu_posted=$p coll_twohop_posted_kernel_blocks=$kb coll_twohop_gpu_hop3_gather_min_bytes=$g coll_twohop_posted_proxy_min_bytes=$pm coll_twohop_posted_wake_early=$we coll_twohop_posted_wake_lead_us=$wl" \
                 run $np rr:2 0 -- "${shm[@]}" "$build/mpi_tests/device_allreduce" bench \
-                --max ${CALL_MAX:-67108864} --pinned >"$f" 2>&1 || status=1
+                --max ${CALL_MAX:-67108864} --pinned ${KBENCH_ARGS:-} >"$f" 2>&1 || status=1
             echo "== device buffers, $np ranks, 2 virtual nodes (shm), gpu_posted=$p posted_kernel_blocks=$kb gpu_hop3_gather_min_bytes=$g posted_proxy_min_bytes=$pm posted_wake_early=$we posted_wake_lead_us=$wl"
             grep -E "^#|^ +[0-9]" "$f"
         done

@@ -690,6 +690,10 @@ bool sync_current() {
 
 int stream_capturing(void *stream) {
     if (!g_loaded || g_drv.stream_is_capturing == nullptr) return 0;
+    if (stream == nullptr || stream == CU_STREAM_LEGACY) { // a thread without a context has none
+        CUcontext cur = nullptr;
+        if (g_drv.ctx_get_current(&cur) != CUDA_SUCCESS || cur == nullptr) return 0;
+    }
     CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
     if (!ok(g_drv.stream_is_capturing(static_cast<CUstream>(stream), &st), "cuStreamIsCapturing")) {
         return -1;

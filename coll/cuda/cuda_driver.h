@@ -131,7 +131,8 @@ bool sync_current();
 /* The legacy default stream (CU_STREAM_LEGACY), for callers that pass no stream. */
 void *legacy_stream();
 /* 1 when `stream` is being captured into a CUDA graph (cuStreamIsCapturing), 0 when not (or
- * the driver lacks the call, or there is no driver), -1 on a driver error. */
+ * the driver lacks the call, or there is no driver, or -- the legacy stream -- the calling
+ * thread has no current context), -1 on a driver error. */
 int stream_capturing(void *stream);
 /* The device ordinal of the context `stream` belongs to, or -1 (an unknown stream). */
 int stream_device(void *stream);

@@ -158,22 +158,7 @@ int twohop_stream_enqueue_multinode(twohop_comm *c, const twohop_userbuf &in,
     void *st = stream ? stream : cuda::legacy_stream();
     const uint64_t bytes = count * red.item_bytes;
 
-    // A CUDA graph would replay the stream's half of the call without its host half: refused,
-    // and the call fails on every rank (this one cannot take part).
-    if (cuda::stream_capturing(st) != 0) {
-        twohop::lock_engine(c);
-        twohop::drain_queue(c);
-        twohop::unlock_engine(c);
-        std::snprintf(why, whylen, "twohop_allreduce_enqueue on a communicator of several "
-                      "nodes cannot be captured in a CUDA graph (its host side would not be "
-                      "replayed)");
-        if (c->poisoned == TWOHOP_OK) {
-            c->call_first_seq = c->seq + 1;
-            c->fail(TWOHOP_ERR_HOST, why);
-        }
-        *taken = true;
-        return TWOHOP_ERR_HOST;
-    }
+    // (A stream being captured into a CUDA graph was refused before: twohop_comm_refuse_capture.)
 
     // The pipeline path of a communicator that runs the GPU vote stays on the device buffers
     // (gpu_stream_posted: hop 1 and hop 3 on the application's stream, GPU-posted) when the node
