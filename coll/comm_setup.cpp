@@ -324,6 +324,7 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
     c->async_start_bytes = prm.async_start_bytes;
     c->stream_on_device = prm.enqueue_on_device;
     c->stream_on_device_min = prm.enqueue_on_device_min_bytes;
+    c->stream_stage_kernel_max = prm.enqueue_stage_kernel_max_bytes;
     c->posted_proxy_min_bytes = prm.posted_proxy_min_bytes;
     c->posted_wake_early = prm.posted_wake_early;
     c->posted_wake_lead_us = prm.posted_wake_lead_us;

@@ -128,6 +128,7 @@ struct twohop_comm {
     uint64_t async_start_bytes = 131072;   // coll_twohop_async_start_bytes (this process)
     bool stream_on_device = false;         // coll_twohop_enqueue_on_device (this process)
     uint64_t stream_on_device_min = 0;     // coll_twohop_enqueue_on_device_min_bytes
+    uint64_t stream_stage_kernel_max = 0;  // coll_twohop_enqueue_stage_kernel_max_bytes
     bool vnode_shm = false;                // coll_twohop_vnode_shm_transport (agreed)
     int posted_batch = 1;                  // coll_twohop_posted_batch
     int posted_kernel_blocks = 0;          // coll_twohop_posted_kernel_blocks (0: stream ops)

@@ -28,6 +28,7 @@
  *                every second one in place), then checked on the streams
  *   unordered    two calls on one communicator, on two streams that reach the GPU in opposite
  *                orders on neighbouring ranks (a 200 ms producer holds one back): both exact
+ *   small        8 calls of 1-2047 floats back to back on one stream (in place, 4-byte offsets)
  *   mixed        an enqueued call, then a blocking MPI_Allreduce on the same communicator
  *   host_rank    rank 0 passes host memory: the node takes the blocking path, results exact
  *   forms        rank 0 calls MPI_Allreduce, the others twohop_allreduce_enqueue, all on device
@@ -287,6 +288,48 @@ static void case_unordered(void) {
         CK(cudaFree(out[j]));
         CK(cudaStreamDestroy(s[j]));
     }
+}
+
+/* Small calls (4 B - 8 KiB: the latency path, through a host copy on several nodes, by the
+ * th_stage kernel up to coll_twohop_enqueue_stage_kernel_max_bytes), back to back on one stream,
+ * every second one in place, every third one at a 4-byte offset (word copies narrower than 16
+ * bytes): each result exact. */
+static void case_small(void) {
+    static const long long counts[] = {1, 3, 17, 255, 1023, 2047, 2, 1000};
+    enum { K = sizeof(counts) / sizeof(counts[0]) };
+    float *in[K], *out[K];
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    for (int k = 0; k < K; k++) {
+        CK(cudaMalloc((void **)&in[k], (counts[k] + 1) * sizeof(float)));
+        CK(cudaMalloc((void **)&out[k], (counts[k] + 1) * sizeof(float)));
+    }
+    CK(cudaDeviceSynchronize());
+    const unsigned long long before = enqueued();
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (int k = 0; k < K; k++) {
+        const int shift = k % 3 == 2 ? 1 : 0;
+        const bool in_place = k % 2 == 1;
+        float *dst = out[k] + shift, *src = in_place ? dst : in[k] + shift;
+        if (enqueue_test_produce(src, counts[k], rank + 1 + (float)k, 0, s) != 0) {
+            fail("small: producer launch");
+        }
+        if (twohop_allreduce_enqueue(in_place ? MPI_IN_PLACE : src, dst, (int)counts[k],
+                                     MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, s) != MPI_SUCCESS) {
+            fail("small: enqueue returned an error");
+        }
+    }
+    for (int k = 0; k < K; k++) {
+        char what[64];
+        snprintf(what, sizeof what, "small: %lld floats", counts[k]);
+        check_on(out[k] + (k % 3 == 2 ? 1 : 0), counts[k], (float)k, s, what);
+    }
+    expect_count(before, K, "small");
+    for (int k = 0; k < K; k++) {
+        CK(cudaFree(in[k]));
+        CK(cudaFree(out[k]));
+    }
+    CK(cudaStreamDestroy(s));
 }
 
 static void case_mixed(void) {
@@ -799,6 +842,7 @@ int main(int argc, char **argv) {
     case_ordering();
     case_outstanding();
     case_unordered();
+    case_small();
     case_mixed();
     case_host_rank();
     case_forms();

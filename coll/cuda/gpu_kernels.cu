@@ -91,6 +91,31 @@ TWOHOP_GPU_KERNELS(TWOHOP_DEFINE_KERNEL)
 // One kernel per GPU-posted call (posted_call.h), th_call_<type>_<op>.
 #include "gpu_call.cuh"
 
+#include "stage_args.h"
+
+/*
+ * A stream-ordered call's host copy in one launch (stage_args.h has the steps): one block;
+ * thread 0 publishes `arrived` and waits for the gate, every thread copies.
+ */
+extern "C" __global__ void th_stage(twohop::StageArgs a) {
+    if (blockIdx.x != 0) return;
+    const unsigned long long tid = threadIdx.x, stride = blockDim.x;
+    copy_span(a.host, a.in, a.bytes, tid, stride);
+    __syncthreads(); // every store of the input issued
+    if (threadIdx.x == 0) {
+        __threadfence_system(); // cumulative: the block's stores reach the host before the word
+        st_release_sys(a.arrived, a.token);
+        while (static_cast<long long>(ld_acquire_sys(a.gate) - a.token) < 0) __nanosleep(64);
+    }
+    __syncthreads(); // the gate seen: the result is in the host copy
+    copy_span(a.out, a.host, a.bytes, tid, stride);
+    __syncthreads(); // every load of the host copy returned (their values were stored)
+    if (threadIdx.x == 0) {
+        __threadfence_system(); // the result's stores before `released` (and the kernel's end)
+        st_release_sys(a.released, a.token);
+    }
+}
+
 /*
  * GPU-posted operations: after a segment's hop-1 kernel (stream order), one thread writes the
  * segment's descriptor into the proxy's ring in registered host memory and, on a doorbell

@@ -13,6 +13,7 @@
 #include "engine.h"
 #include "gpu_node.h"
 #include "pipeline_job.h"
+#include "stage_args.h"
 
 namespace twohop {
 namespace {
@@ -73,16 +74,19 @@ bool StreamSlots::grow(StreamSlot *s, int device, uint64_t bytes) {
         cuda::host_unregister(s->device, s->host);
         std::free(s->host);
         s->host = nullptr;
+        s->host_dev = nullptr;
         s->bytes = 0;
     }
     const uint64_t want = round_up_pow2(bytes);
     void *p = std::aligned_alloc(kPage, want);
     if (p == nullptr) return false;
-    if (cuda::host_register(device, p, want) == nullptr) {
+    void *dev = cuda::host_register(device, p, want);
+    if (dev == nullptr) {
         std::free(p);
         return false;
     }
     s->host = static_cast<char *>(p);
+    s->host_dev = static_cast<char *>(dev);
     s->bytes = want;
     return true;
 }
@@ -214,7 +218,24 @@ int twohop_stream_enqueue_multinode(twohop_comm *c, const twohop_userbuf &in,
         ok = slot != nullptr;
     }
     bool waits = false; // the stream waits on the gate: it must be opened whatever happens
-    if (ok) {
+    // Small calls: one launch (th_stage) for the five steps; else the stream's own copies and
+    // memory operations. This rank's choice (what reaches the host copy is the same).
+    const bool stage_kernel = ok && bytes <= c->stream_stage_kernel_max &&
+                              cuda::preload(device, "th_stage");
+    if (ok && stage_kernel) {
+        slot->token = token;
+        twohop::StageArgs a;
+        a.in = static_cast<const char *>(in.device);
+        a.host = slot->host_dev;
+        a.out = static_cast<char *>(out.device);
+        a.bytes = bytes;
+        a.arrived = reinterpret_cast<unsigned long long *>(&slot->words_dev->arrived);
+        a.gate = reinterpret_cast<const unsigned long long *>(&slot->words_dev->gate);
+        a.released = reinterpret_cast<unsigned long long *>(&slot->words_dev->released);
+        a.token = token;
+        ok = waits = cuda::launch_grid(device, "th_stage", &a, sizeof(a), 1,
+                                       twohop::kStageThreads, st);
+    } else if (ok) {
         slot->token = token;
         ok = cuda::copy_async(device, slot->host, in.device, bytes, st) &&
              cuda::write_flag(device, st, &slot->words_dev->arrived, token);
@@ -278,9 +299,10 @@ int twohop_stream_enqueue_multinode(twohop_comm *c, const twohop_userbuf &in,
     if (c->verbose >= 3) {
         char msg[160];
         std::snprintf(msg, sizeof(msg), "stream-ordered call on %d nodes: %llu bytes, token %llu, "
-                      "through a host copy", c->topo.n_nodes(),
+                      "through a host copy (%s)", c->topo.n_nodes(),
                       static_cast<unsigned long long>(bytes),
-                      static_cast<unsigned long long>(token));
+                      static_cast<unsigned long long>(token),
+                      stage_kernel ? "one kernel" : "stream copies and memory operations");
         c->host.log(3, msg);
     }
     return TWOHOP_OK;

@@ -22,6 +22,7 @@ namespace twohop {
  * operations reach the words. */
 struct StreamSlot {
     char *host = nullptr;       // the copy, `bytes` long (page aligned)
+    char *host_dev = nullptr;   // its device address (th_stage)
     uint64_t bytes = 0;
     StreamWords *words = nullptr;     // host address of the words (own page)
     StreamWords *words_dev = nullptr; // their device address
