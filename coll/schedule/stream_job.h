@@ -18,7 +18,9 @@
  *        the stream never waits forever; a failed call poisons the communicator and the
  *        next call on it reports the failure
  *
- * The number of stream operations per call is five whatever the message size. An event the
+ * The number of stream operations per call is five whatever the message size; up to
+ * coll_twohop_enqueue_stage_kernel_max_bytes they are one launch of th_stage, which takes the
+ * same five steps on the GPU (coll/cuda/stage_args.h). An event the
  * application records after the call completes only once the result is in its buffer.
  * Tokens are per communicator, increasing, compared cyclically (as cuStreamWaitValue64's GEQ).
  */
