@@ -346,18 +346,25 @@ extern "C" int twohop_stream_capturing(void *stream) {
 }
 
 extern "C" int twohop_comm_refuse_capture(twohop_comm *c, char *why, size_t whylen) {
-    twohop::lock_engine(c); // the calls queued before this one end first (their failures are theirs)
-    twohop::drain_queue(c);
-    twohop::unlock_engine(c);
+    // The calls queued before this one end first (their failures are theirs) -- unless this
+    // thread is inside one of them (a nested call: the lock is not re-entrant).
+    if (!twohop::held_by_this_thread(c)) {
+        twohop::lock_engine(c);
+        twohop::drain_queue(c);
+        twohop::unlock_engine(c);
+    }
+    char msg[256];
     if (c->poisoned != TWOHOP_OK) {
-        twohop::poisoned_message(c, why, whylen);
+        twohop::poisoned_message(c, msg, sizeof(msg));
+        if (why && whylen) std::snprintf(why, whylen, "%s", msg);
         return TWOHOP_ERR_POISONED;
     }
-    std::snprintf(why, whylen, "twohop_allreduce_enqueue on a stream being captured into a CUDA "
-                  "graph is refused (a replay would run the stream's half of the call without "
-                  "its host half; or the stream's capture state could not be read)");
+    std::snprintf(msg, sizeof(msg), "twohop_allreduce_enqueue on a stream being captured into a "
+                  "CUDA graph is refused (a replay would run the stream's half of the call "
+                  "without its host half; or the stream's capture state could not be read)");
     c->call_first_seq = c->seq + 1;
-    c->fail(TWOHOP_ERR_HOST, why);
+    c->fail(TWOHOP_ERR_HOST, msg);
+    if (why && whylen) std::snprintf(why, whylen, "%s", msg);
     return TWOHOP_ERR_HOST;
 }
 

@@ -1019,6 +1019,8 @@ static int allreduce_impl(const void *sbuf, void *rbuf, int count, ompi_datatype
             (void)twohop_comm_refuse_capture(m->core, cwhy, sizeof(cwhy));
             report_failure(m, cwhy);
         } else {
+            /* Rank-invariant route, but whether a rank captures is not, and ranks may mix
+             * this form with MPI_Allreduce: no extra collective can tell the others. */
             opal_output(0, "coll:twohop: comm %s: twohop_allreduce_enqueue on a stream being "
                         "captured into a CUDA graph is refused (this call is not served by "
                         "twohop: %s; the other ranks are not told)", m->comm->c_name, why);
@@ -1135,13 +1137,16 @@ mca_coll_twohop_allreduce_enqueue(const void *sbuf, void *rbuf, int count, MPI_D
     }
     if (err != MPI_SUCCESS) return OMPI_ERRHANDLER_INVOKE(comm, err, fn);
     if (comm->c_coll->coll_allreduce != twohop_allreduce) {
-        if (count > 0 && twohop_stream_capturing(stream)) { /* waiting would end the capture */
+        /* Waiting would end a capture: an empty call reads nothing (no wait), any other is
+         * refused on this rank alone (twohop cannot tell the others: see twohop.h). */
+        const bool capturing = twohop_stream_capturing(stream) != 0;
+        if (capturing && count > 0) {
             opal_output(0, "coll:twohop: comm %s: twohop_allreduce_enqueue on a stream being "
                         "captured into a CUDA graph is refused (twohop does not serve this "
                         "communicator)", comm->c_name);
             return OMPI_ERRHANDLER_INVOKE(comm, MPI_ERR_OTHER, fn);
         }
-        if (twohop_stream_sync(stream) != 0) {
+        if (!capturing && twohop_stream_sync(stream) != 0) {
             return OMPI_ERRHANDLER_INVOKE(comm, MPI_ERR_OTHER, fn);
         }
         return MPI_Allreduce(sbuf, rbuf, count, dtype, op, comm);

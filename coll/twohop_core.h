@@ -151,7 +151,8 @@ int twohop_comm_allreduce(twohop_comm *c, const twohop_userbuf *in, const twohop
  * (gpu_stream_posted), else through a host copy (schedule/stream_call.h). Otherwise
  * the call waits for the stream and completes as a blocking allreduce before returning
  * (*enqueued = 0). Ranks may mix this form and twohop_comm_allreduce in one call: each call
- * runs one GPU vote on every rank.
+ * runs one GPU vote on every rank. A `stream` being captured into a CUDA graph is refused
+ * (twohop_comm_refuse_capture: TWOHOP_ERR_HOST here, the call fails on every rank).
  */
 int twohop_comm_allreduce_enqueue(twohop_comm *c, const twohop_userbuf *in,
                                   const twohop_userbuf *out, uint64_t count,
@@ -209,7 +210,8 @@ int twohop_stream_capturing(void *stream);
  * hop 2), so no replay could be a correct allreduce. The calls queued before it end first;
  * then the call fails on every rank as twohop_comm_abort's do (the communicator is poisoned:
  * its later allreduce calls fail too). Writes the reason to why[0, whylen) and returns
- * TWOHOP_ERR_HOST (TWOHOP_ERR_POISONED when the communicator already was). Not collective.
+ * TWOHOP_ERR_HOST (TWOHOP_ERR_POISONED when the communicator already was); `why` may be NULL.
+ * Not collective. Safe from inside the progress of another call on `c` (no drain then).
  */
 int twohop_comm_refuse_capture(twohop_comm *c, char *why, size_t whylen);
 

@@ -24,7 +24,13 @@
  * kernel on the stream); other calls stage the message through a host copy (at most 4 calls in
  * flight per communicator: a fifth call waits for the first to complete). A call on a stream
  * being captured into a CUDA graph is refused on any communicator twohop serves: it fails with
- * an error on every rank (later calls on the communicator fail too). Anything else (host memory,
+ * an error on every rank (a rank whose part already stayed on the stream sees it at its next
+ * call on the communicator, and its recvbuf is undefined; later calls on the communicator fail
+ * too). A call twohop does not serve (a user-defined op on a datatype it declines, a
+ * communicator it is not selected on) fails on the capturing rank alone: with
+ * MPI_ERRORS_ARE_FATAL the job ends, with MPI_ERRORS_RETURN the other ranks wait in
+ * MPI_Allreduce (so does the fallback below without twohop, whose cudaStreamSynchronize fails
+ * on a capturing stream). Anything else (host memory,
  * user-defined ops, twohop not loaded) waits for the stream and runs MPI_Allreduce: correct,
  * not asynchronous. An event recorded on the stream after the call completes once the result
  * is in recvbuf.

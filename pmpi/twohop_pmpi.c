@@ -688,12 +688,17 @@ static int allreduce_impl(const void *sbuf, void *rbuf, int count, MPI_Datatype 
         op == MPI_OP_NULL || rbuf == MPI_IN_PLACE || (sbuf == rbuf && count > 0) ||
         PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter ||
         PMPI_Comm_size(comm, &size) != MPI_SUCCESS || size < 2) {
-        if (enqueue && count > 0 && twohop_stream_capturing(stream)) { /* a wait ends a capture */
+        /* A wait would end a capture: a call that reads nothing (empty or erroneous: the MPI
+         * reports it) skips it, any other is refused on this rank alone (see twohop.h). */
+        const int capturing = enqueue && twohop_stream_capturing(stream);
+        if (capturing && count > 0 && comm != MPI_COMM_NULL) {
             log_msg(0, "twohop_allreduce_enqueue on a stream being captured into a CUDA graph "
                        "is refused (twohop does not serve this call)");
             return call_errhandler(comm, MPI_ERR_OTHER);
         }
-        if (enqueue && twohop_stream_sync(stream) != 0) return call_errhandler(comm, MPI_ERR_OTHER);
+        if (enqueue && !capturing && twohop_stream_sync(stream) != 0) {
+            return call_errhandler(comm, MPI_ERR_OTHER);
+        }
         if (enabled && size == 1 && !inter && count > 0 && rbuf != MPI_IN_PLACE) {
             /* A single-rank communicator: the MPI copies with a host memcpy, which device
              * buffers must not reach. */
@@ -715,7 +720,10 @@ static int allreduce_impl(const void *sbuf, void *rbuf, int count, MPI_Datatype 
     uint64_t epi;
     const char *why = NULL;
     if (count == 0 || type_size == 0) {
-        if (enqueue && twohop_stream_sync(stream) != 0) return call_errhandler(comm, MPI_ERR_OTHER);
+        /* Nothing is read: no wait (none on a capturing stream, which it would end). */
+        if (enqueue && !twohop_stream_capturing(stream) && twohop_stream_sync(stream) != 0) {
+            return call_errhandler(comm, MPI_ERR_OTHER);
+        }
         return MPI_SUCCESS; /* empty signature on every rank */
     }
     why = classify(dtype, op, &red, &uctx, &base, &epi);

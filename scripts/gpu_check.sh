@@ -476,6 +476,18 @@ if [[ $mode == callkernel ]]; then
         -m 4194304:16777216 -i 2 -x 1 >"$out/kernel_verbose3.txt" 2>&1 || status=1
     RUN_MCA="coll_twohop_verbose=3 coll_twohop_enqueue_on_device_min_bytes=0" run 4 rr:2 0 -- \
         "${shm[@]}" "$build/mpi_tests/allreduce_enqueue" >"$out/kernel_example_v3.log" 2>&1 || status=1
+    # The small stream-ordered calls (case small: latency path, through a host copy) ran the
+    # stage kernel (coll_twohop_enqueue_stage_kernel_max_bytes).
+    RUN_MCA="coll_twohop_verbose=3 coll_twohop_timeout=30" run 4 rr:2 0 -- "${shm[@]}" \
+        "$build/mpi_tests/enqueue_allreduce" --expect-enqueued-multinode \
+        >"$out/kernel_enqueue_v3.log" 2>&1 || status=1
+    n4=$(grep -c "through a host copy (one kernel)" "$out/kernel_enqueue_v3.log")
+    if ((n4 > 0)); then
+        summary+=("PASS verbose 3: $n4 stream-ordered host-copy calls said one kernel (th_stage)")
+    else
+        summary+=("FAIL verbose 3: no stream-ordered host-copy call ran th_stage")
+        status=1
+    fi
     n1=$(grep -c "stream operations per segment" "$out/kernel_verbose3.txt" "$out/kernel_example_v3.log" | awk -F: '{s+=$2} END {print s}')
     n2=$(grep -c "GPU-posted call: .*one kernel" "$out/kernel_verbose3.txt")
     n3=$(grep -c "application's stream (one kernel)" "$out/kernel_example_v3.log")

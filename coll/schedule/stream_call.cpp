@@ -220,7 +220,11 @@ int twohop_stream_enqueue_multinode(twohop_comm *c, const twohop_userbuf &in,
     bool waits = false; // the stream waits on the gate: it must be opened whatever happens
     // Small calls: one launch (th_stage) for the five steps; else the stream's own copies and
     // memory operations. This rank's choice (what reaches the host copy is the same).
-    const bool stage_kernel = ok && bytes <= c->stream_stage_kernel_max &&
+    // The kernel dereferences the buffers: both on the stream's device (the copies of the
+    // stream operations would also reach another device's memory).
+    cuda::PointerInfo ii;
+    const bool stage_kernel = ok && bytes <= c->stream_stage_kernel_max && device == oi.device &&
+                              cuda::pointer_info(in.device, &ii) && ii.device == device &&
                               cuda::preload(device, "th_stage");
     if (ok && stage_kernel) {
         slot->token = token;
