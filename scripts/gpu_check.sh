@@ -38,7 +38,7 @@
 #          kernel and without (CALL_MAX: largest size, default 64 MiB). KCFGS: the bench
 #          configurations, "gpu_posted posted_kernel_blocks gpu_hop3_gather_min_bytes
 #          posted_proxy_min_bytes [posted_wake_early [posted_wake_lead_us]]" separated by ';'; KSTREAM: the posted_kernel_blocks values of
-#          the stream-ordered table (default "2 0", "none" for no table; "2:3" the same at verbose 3; "2:0:0" with enqueue_stage_kernel_max_bytes 0); KNPS: their rank counts (default "4 8"); KSTREAM_POSTED: gpu_posted of its blocking
+#          the stream-ordered table (default "2 0", "none" for no table; "2:3" the same at verbose 3; "2:0:0" with enqueue_stage_kernel_max_bytes 0; "2:0:S:D" also enqueue_on_device_min_bytes D); KNPS: their rank counts (default "4 8"); KSTREAM_POSTED: gpu_posted of its blocking
 #          calls (default 1); KBENCH_ARGS: more arguments of the bench (e.g. "--min 262144
 #          --step 2" for 1 MiB among the sizes); KSTREAM_VERBOSE=3: the calling thread's phases of its idle-stream
 #          calls; KSTREAM_MAX: the table's largest size (default CALL_MAX); KHOST=MIN:MAX: host
@@ -531,17 +531,19 @@ if [[ $mode == callkernel ]]; then
             # Each entry: posted_kernel_blocks, with ":3" the same table at verbose 3 (its
             # phases; logging every call slows the back-to-back columns).
             # A third field: coll_twohop_enqueue_stage_kernel_max_bytes ("2:0:0": host copies
-            # by stream operations; default 8192).
-            IFS=: read -r kb vb sk <<<"$kv"
+            # by stream operations; default 8192); a fourth:
+            # coll_twohop_enqueue_on_device_min_bytes (default 0).
+            IFS=: read -r kb vb sk dm <<<"$kv"
             vb=${vb:-0}
             sk=${sk:-8192}
+            dm=${dm:-0}
             ((${KSTREAM_VERBOSE:-0} >= 3)) && vb=${KSTREAM_VERBOSE}
-            f="$out/kstream_np${np}_k${kb}_v${vb}_s$sk.txt"
-            RUN_MCA="coll_twohop_posted_kernel_blocks=$kb coll_twohop_enqueue_on_device_min_bytes=0 coll_twohop_gpu_posted=${KSTREAM_POSTED:-1} coll_twohop_verbose=$vb coll_twohop_enqueue_stage_kernel_max_bytes=$sk" \
+            f="$out/kstream_np${np}_k${kb}_v${vb}_s${sk}_d$dm.txt"
+            RUN_MCA="coll_twohop_posted_kernel_blocks=$kb coll_twohop_enqueue_on_device_min_bytes=$dm coll_twohop_gpu_posted=${KSTREAM_POSTED:-1} coll_twohop_verbose=$vb coll_twohop_enqueue_stage_kernel_max_bytes=$sk" \
                 run $np rr:2 0 -- "${shm[@]}" \
                 "$build/mpi_tests/enqueue_allreduce" sizes --max-bytes ${KSTREAM_MAX:-${CALL_MAX:-67108864}} \
                 >"$f" 2>&1 || status=1
-            echo "== stream-ordered on 2 virtual nodes (shm), $np ranks, posted_kernel_blocks=$kb, blocking calls gpu_posted=${KSTREAM_POSTED:-1}, verbose $vb, enqueue_stage_kernel_max_bytes $sk"
+            echo "== stream-ordered on 2 virtual nodes (shm), $np ranks, posted_kernel_blocks=$kb, blocking calls gpu_posted=${KSTREAM_POSTED:-1}, verbose $vb, enqueue_stage_kernel_max_bytes $sk, enqueue_on_device_min_bytes $dm"
             grep -E "^#|^[0-9b]" "$f"
             # Verbose 3: the calling thread's phases of the calls issued on an idle stream (each
             # size's last 9 calls on every rank), medians and maxima over ranks and calls (us).
