@@ -5,7 +5,7 @@
  *
  * usage: enqueue_allreduce [--expect-enqueued | --expect-enqueued-multinode [--expect-on-device]]
  *        enqueue_allreduce sizes [--max-bytes N]
- *          per message size (8 B .. N, default 256 MiB, x4): how long the enqueue call takes to
+ *          per message size (8 B .. N, default 256 MiB, x4, N last): how long the enqueue call takes to
  *          return (slowest rank, slowest of the calls), the time per call of enqueued calls back
  *          to back (stream synchronised at the end), how long a call issued on an idle
  *          stream takes to return (and the same right after an 8-byte call: return_warm),
@@ -556,7 +556,8 @@ static int sizes(int argc, char **argv) {
         printf("%-12s %10s %12s %12s %12s %12s %12s %8s\n", "bytes", "return_p50",
                "return_max", "return_idle", "return_warm", "enqueued", "blocking", "ratio");
     }
-    for (long long bytes = 8; bytes <= max_bytes; bytes *= 4) {
+    for (long long bytes = 8; bytes <= max_bytes;
+         bytes = bytes * 4 > max_bytes && bytes < max_bytes ? max_bytes : bytes * 4) {
         const int n = (int)(bytes / 4 > 0 ? bytes / 4 : 1);
         const int calls = bytes <= (1 << 20) ? 50 : bytes <= (16 << 20) ? 10 : 3;
         // warm-up: as many calls as are timed (every host copy sized, IPC mappings made)
