@@ -38,7 +38,8 @@
  *                after cudaEventSynchronize, see the exact result
  *   errors       count -1 and recvbuf MPI_IN_PLACE are errors (MPI_ERRORS_RETURN), not hangs
  *   capture      a call on a stream being captured into a CUDA graph (every rank, then rank 0
- *                alone) fails on every rank without invalidating the capture
+ *                alone) fails on every rank without invalidating the capture; the call before it
+ *                (in flight on another stream) is exact; an empty call under capture succeeds
  * With --expect-enqueued (one node, every rank on a GPU reaching the others) the MPI_T counter
  * coll_twohop_enqueued_calls must count exactly the calls that stay on the stream. With
  * --expect-enqueued-multinode (several nodes) every call of a rank with device buffers stays on
@@ -746,11 +747,13 @@ static void end_capture(cudaStream_t s, const char *what) {
  * of its own, which the refusal poisons; MPI_COMM_WORLD stays usable (checked after). */
 static void case_capture(void) {
     const long long n = 65537;
-    float *in, *out;
-    cudaStream_t s;
+    float *in, *out, *out0;
+    cudaStream_t s, s0;
     CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&s0, cudaStreamNonBlocking));
     CK(cudaMalloc((void **)&in, n * sizeof(float)));
     CK(cudaMalloc((void **)&out, n * sizeof(float)));
+    CK(cudaMalloc((void **)&out0, n * sizeof(float)));
     if (enqueue_test_produce(in, n, (float)(rank + 1), 0, s) != 0) fail("capture: producer");
     CK(cudaStreamSynchronize(s));
     for (int round = 0; round < 2; round++) {
@@ -760,9 +763,24 @@ static void case_capture(void) {
         MPI_Allreduce(&x, &y, 1, MPI_FLOAT, MPI_SUM, comm); // set-up, outside the capture
         const bool capturing = round == 0 || rank == 0;
         const char *what = round == 0 ? "capture (every rank)" : "capture (rank 0 alone)";
+        // A call before it, still in flight on another stream (a 50 ms producer): the refusal
+        // lets it complete first, exactly.
+        CK(cudaMemset(out0, 0, n * sizeof(float)));
+        CK(cudaDeviceSynchronize());
+        if (enqueue_test_produce(out0, n, (float)(rank + 1 + 3), 50000000ull, s0) != 0) {
+            fail("capture: producer launch");
+        }
+        if (twohop_allreduce_enqueue(MPI_IN_PLACE, out0, (int)n, MPI_FLOAT, MPI_SUM, comm, s0) !=
+            MPI_SUCCESS) {
+            fail("capture: the call before the refused one returned an error");
+        }
         if (capturing) {
             CK(cudaStreamBeginCapture(s, round == 0 ? cudaStreamCaptureModeRelaxed
                                                     : cudaStreamCaptureModeGlobal));
+            // An empty call reads nothing: served (no-op) under capture, capture intact.
+            if (twohop_allreduce_enqueue(in, out, 0, MPI_FLOAT, MPI_SUM, comm, s) != MPI_SUCCESS) {
+                fail("capture: an empty call on the capturing stream returned an error");
+            }
         }
         bool error = twohop_allreduce_enqueue(in, out, (int)n, MPI_FLOAT, MPI_SUM, comm, s) !=
                      MPI_SUCCESS;
@@ -776,6 +794,8 @@ static void case_capture(void) {
             end_capture(s, what);
         }
         CK(cudaStreamSynchronize(s));
+        check_on(out0, n, 3, s0, round == 0 ? "capture (every rank): the call before"
+                                            : "capture (rank 0 alone): the call before");
         // Every rank must see the failure: from the call, else from the next one.
         if (MPI_Allreduce(in, out, (int)n, MPI_FLOAT, MPI_SUM, comm) != MPI_SUCCESS) error = true;
         int all = 0, me = error ? 1 : 0;
@@ -798,7 +818,9 @@ static void case_capture(void) {
                           failures ? "see the failures above" : "OK");
     CK(cudaFree(in));
     CK(cudaFree(out));
+    CK(cudaFree(out0));
     CK(cudaStreamDestroy(s));
+    CK(cudaStreamDestroy(s0));
 }
 
 int main(int argc, char **argv) {

@@ -6,6 +6,8 @@
 #   bash scripts/gpu_check.sh [MODE]   (default full; the modes below)
 #   quick: checks only, no benchmark.
 #   enqueue: only the stream-ordered extension's checks (include/twohop.h).
+#   enqcases: enqueue_allreduce's cases alone on each path (one node; two virtual nodes over
+#          TCP; over shared memory on the device buffers at 4 and 8 ranks).
 #   posted: only the GPU-posted mode's checks and benchmark (two virtual nodes).
 #   scale: only hop 2 at scale (8 B latency on 2..16 virtual nodes, set-up cost).
 #   vnodes: only the two-virtual-node checks and benchmarks (hop 1 and 3 on the GPU, hop 2 on
@@ -762,6 +764,21 @@ enq() { # enq NAME NP VNODES GPUS [ARGS]
         grep -E "FAIL|error|signal" "$out/enqueue_$name.log" | head -5
     fi
 }
+if [[ $mode == enqcases ]]; then
+    # enqueue_allreduce's cases alone, on each path a stream-ordered call takes: one node
+    # (stream operations), two virtual nodes over TCP (host copies), over shared memory with
+    # every pipeline size on the device buffers (the call kernel).
+    enq np2_one_gpu 2 "" 0 --expect-enqueued
+    enq np4_one_gpu 4 "" 0 --expect-enqueued
+    enq np4_rr2_tcp 4 rr:2 0 --expect-enqueued-multinode
+    for np in 4 8; do
+        RUN_MCA="coll_twohop_vnode_shm_transport=1 coll_twohop_enqueue_on_device_min_bytes=0 coll_twohop_timeout=30" \
+            enq np${np}_rr2_shm_on_device $np rr:2 0 --expect-enqueued-multinode --expect-on-device
+    done
+    echo "================ gpu_check summary"
+    printf '%s\n' "${summary[@]}"
+    exit $status
+fi
 if [[ $mode != vnodes && $mode != posted && $mode != scale ]]; then
     # The README's example, as a user would run it.
     if run 4 "" 0 -- "$build/mpi_tests/allreduce_enqueue" >"$out/example_enqueue.log" 2>&1 &&
