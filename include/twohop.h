@@ -19,11 +19,14 @@
  * reach each other and support 64-bit stream memory operations; the stream must belong to the
  * buffers' GPU. On communicators of several nodes, each rank whose buffers are device memory of
  * the canonical layout with a predefined op, on such a GPU, stays on the stream while twohop's
- * progress thread runs the allreduce's host side: calls of 64 KiB or more whose node agrees
+ * proxy thread runs the allreduce's host side: calls of 64 KiB or more whose node agrees
  * (every local rank's buffers shareable through CUDA IPC) stay on the device buffers (one
  * GPU-posted kernel on the stream); other calls stage the message through a host copy (one
- * small kernel on the stream up to 64 KiB; at most 4 calls in
- * flight per communicator: a fifth call waits for the first to complete). A call on a stream
+ * small kernel on the stream up to 64 KiB). On several nodes at most 4 calls are in flight per
+ * communicator (device buffers or host copy): a fifth waits for the first to complete. A call
+ * that returned MPI_SUCCESS and stayed on the stream can still fail later (a peer gone, a
+ * timeout, another rank's refusal): its recvbuf is then undefined, the communicator is poisoned
+ * and the next call on it returns the error. A call on a stream
  * being captured into a CUDA graph is refused on any communicator twohop serves: it fails with
  * an error on every rank (a rank whose part already stayed on the stream sees it at its next
  * call on the communicator, and its recvbuf is undefined; later calls on the communicator fail
