@@ -315,11 +315,8 @@ extern "C" int twohop_comm_allreduce_enqueue(twohop_comm *c, const twohop_userbu
                                              const twohop_reduction *red, void *stream,
                                              int *enqueued, char *why, size_t whylen) {
     *enqueued = 0;
-    // A CUDA graph would replay the stream's half of the call alone: refused on any
-    // communicator (the front ends refuse before staging; this covers every caller).
-    if (c->poisoned == TWOHOP_OK && count > 0 && twohop_stream_capturing(stream)) {
-        return twohop_comm_refuse_capture(c, why, whylen);
-    }
+    // (A stream being captured into a CUDA graph never gets here: the front ends refuse it
+    // before any staging, twohop_comm_refuse_capture.)
     // Several nodes: the call stays on the stream when this rank's buffers allow it
     // (schedule/stream_call.h); a poisoned communicator fails in call() as always.
     if (c->poisoned == TWOHOP_OK) {

@@ -151,8 +151,9 @@ int twohop_comm_allreduce(twohop_comm *c, const twohop_userbuf *in, const twohop
  * (gpu_stream_posted), else through a host copy (schedule/stream_call.h). Otherwise
  * the call waits for the stream and completes as a blocking allreduce before returning
  * (*enqueued = 0). Ranks may mix this form and twohop_comm_allreduce in one call: each call
- * runs one GPU vote on every rank. A `stream` being captured into a CUDA graph is refused
- * (twohop_comm_refuse_capture: TWOHOP_ERR_HOST here, the call fails on every rank).
+ * runs one GPU vote on every rank. The caller must not pass a `stream` being captured into a
+ * CUDA graph (twohop_stream_capturing): it refuses such a call with twohop_comm_refuse_capture
+ * before any staging or wait on the stream.
  */
 int twohop_comm_allreduce_enqueue(twohop_comm *c, const twohop_userbuf *in,
                                   const twohop_userbuf *out, uint64_t count,

@@ -283,6 +283,17 @@ check() { # check NAME NP VNODES GPUS [EXTRA ARGS]
     fi
 }
 
+proof() { # proof FILE PATTERN WHAT: PASS when FILE has lines matching PATTERN (verbose-3 logs)
+    local n
+    n=$(grep -c "$2" "$1")
+    if ((n > 0)); then
+        summary+=("PASS $3: $n lines")
+    else
+        summary+=("FAIL $3: no line")
+        status=1
+    fi
+}
+
 big_calls() { # big_calls TAG [PREFIX ...]: GPU-posted calls of 256 MiB and 1 GiB of floats
     # (256 and 1024 one-MiB segments), 4 ranks on two virtual nodes, validated; PREFIX wraps
     # the program (e.g. hop 2 over shared memory). The timeout turns a hang into a failure.
@@ -353,13 +364,8 @@ if [[ $mode == gather ]]; then
     RUN_MCA=coll_twohop_verbose=3 run 4 rr:2 0 -- "${shm[@]}" \
         "$build/mpi_tests/twohop_osu_allreduce" -d cuda -c -f --expect-twohop -T mpi_float \
         -m 4194304:67108864 -i 2 -x 1 >"$out/gather_verbose3.txt" 2>&1 || status=1
-    n=$(grep -c "hop 3 gathered on the GPU" "$out/gather_verbose3.txt")
-    if ((n > 0)); then
-        summary+=("PASS osu -d cuda -c np4_rr2 verbose 3: $n pipeline calls said hop 3 gathered on the GPU")
-    else
-        summary+=("FAIL osu -d cuda -c np4_rr2 verbose 3: no call gathered hop 3 on the GPU")
-        status=1
-    fi
+    proof "$out/gather_verbose3.txt" "hop 3 gathered on the GPU" \
+        "osu -d cuda -c np4_rr2 verbose 3: pipeline calls said hop 3 gathered on the GPU"
     for np in 4 8; do
         for cfg in "0 0" "0 1" "1 0" "1 1"; do
             read -r p g <<<"$cfg"
@@ -483,13 +489,8 @@ if [[ $mode == callkernel ]]; then
     RUN_MCA="coll_twohop_verbose=3 coll_twohop_timeout=30" run 4 rr:2 0 -- "${shm[@]}" \
         "$build/mpi_tests/enqueue_allreduce" --expect-enqueued-multinode \
         >"$out/kernel_enqueue_v3.log" 2>&1 || status=1
-    n4=$(grep -c "through a host copy (one kernel)" "$out/kernel_enqueue_v3.log")
-    if ((n4 > 0)); then
-        summary+=("PASS verbose 3: $n4 stream-ordered host-copy calls said one kernel (th_stage)")
-    else
-        summary+=("FAIL verbose 3: no stream-ordered host-copy call ran th_stage")
-        status=1
-    fi
+    proof "$out/kernel_enqueue_v3.log" "through a host copy (one kernel)" \
+        "verbose 3: stream-ordered host-copy calls said one kernel (th_stage)"
     n1=$(grep -c "stream operations per segment" "$out/kernel_verbose3.txt" "$out/kernel_example_v3.log" | awk -F: '{s+=$2} END {print s}')
     n2=$(grep -c "GPU-posted call: .*one kernel" "$out/kernel_verbose3.txt")
     n3=$(grep -c "application's stream (one kernel)" "$out/kernel_example_v3.log")

@@ -162,7 +162,8 @@ int twohop_stream_enqueue_multinode(twohop_comm *c, const twohop_userbuf &in,
     void *st = stream ? stream : cuda::legacy_stream();
     const uint64_t bytes = count * red.item_bytes;
 
-    // (A stream being captured into a CUDA graph was refused before: twohop_comm_refuse_capture.)
+    // (A stream being captured into a CUDA graph was refused by the front end:
+    // twohop_comm_refuse_capture.)
 
     // The pipeline path of a communicator that runs the GPU vote stays on the device buffers
     // (gpu_stream_posted: hop 1 and hop 3 on the application's stream, GPU-posted) when the node
@@ -224,7 +225,8 @@ int twohop_stream_enqueue_multinode(twohop_comm *c, const twohop_userbuf &in,
     // stream operations would also reach another device's memory).
     cuda::PointerInfo ii;
     const bool stage_kernel = ok && bytes <= c->stream_stage_kernel_max && device == oi.device &&
-                              cuda::pointer_info(in.device, &ii) && ii.device == device &&
+                              (in.device == out.device ||
+                               (cuda::pointer_info(in.device, &ii) && ii.device == device)) &&
                               cuda::preload(device, "th_stage");
     if (ok && stage_kernel) {
         slot->token = token;
