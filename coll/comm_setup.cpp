@@ -131,6 +131,10 @@ std::string validate(const twohop_params &p) {
         return "coll_twohop_posted_kernel_blocks " + std::to_string(p.posted_kernel_blocks) +
                " out of range 0..64";
     }
+    if (p.posted_wake_spin_us < 0 || p.posted_wake_spin_us > 100000) {
+        return "coll_twohop_posted_wake_spin_us " + std::to_string(p.posted_wake_spin_us) +
+               " out of range 0..100000";
+    }
     if (p.post_batch < 1 || p.post_batch > 64) {
         return "coll_twohop_post_batch " + std::to_string(p.post_batch) + " out of range 1..64";
     }
@@ -328,6 +332,7 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
     c->posted_proxy_min_bytes = prm.posted_proxy_min_bytes;
     c->posted_wake_early = prm.posted_wake_early;
     c->posted_wake_lead_us = prm.posted_wake_lead_us;
+    c->posted_wake_spin_us = prm.posted_wake_spin_us;
     c->verbose = prm.verbose;
     twohop::Exchange ex(c->host, a->rank, a->size, prm.timeout);
     std::string err;

@@ -1149,14 +1149,23 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
     const double cpu_start = timed ? twohop::thread_cpu_s() : 0;
     // Proxy::run's `near`: the call's end is close. From the last finish gate (only hop 3 of
     // the last segments remains) plus the tail the previous call of this size class took,
-    // less coll_twohop_posted_wake_lead_us: the caller's wake-up overlaps the end, and it spins
-    // no longer than the lead (the tail is kernel work: tens to hundreds of microseconds).
+    // less the class's wake lead (coll_twohop_posted_wake_lead_us to start with, adapted by
+    // coll_twohop_posted_wake_spin_us: wake_lead.h): the caller's wake-up overlaps the end,
+    // and it spins about as long as the lead (the tail is kernel work: tens to hundreds of
+    // microseconds).
     std::atomic<bool> near{false};
     const int size_class = 63 - __builtin_clzll((count * red.item_bytes) | 1);
     const double predicted_tail = h.tail_us[size_class];
-    const double wake_after =
-        c->posted_wake_lead_us < 0 ? 0.0 : predicted_tail - c->posted_wake_lead_us;
-    Clock::time_point t_gate{}, t_done{};
+    twohop::WakeLead &wake = h.wake[size_class];
+    if (!h.wake_set[size_class]) {
+        h.wake_set[size_class] = true;
+        const float start = static_cast<float>(std::max(c->posted_wake_lead_us, 0));
+        wake = twohop::WakeLead(start, static_cast<float>(c->posted_wake_spin_us),
+                                4.0f * std::max(start, 50.0f));
+    }
+    const double lead = wake.lead_us();
+    const double wake_after = c->posted_wake_lead_us < 0 ? 0.0 : predicted_tail - lead;
+    Clock::time_point t_gate{}, t_done{}, t_woke{};
     bool gate_seen = false;
     auto step = [&]() {
         if (enqueue_failed.load(std::memory_order_acquire)) return int(TWOHOP_ERR_TRANSPORT);
@@ -1187,7 +1196,7 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
     int rc;
     if (count * red.item_bytes >= c->posted_proxy_min_bytes) {
         rc = twohop::Proxy::instance().run(step, enqueue_more,
-                                           c->posted_wake_early ? &near : nullptr);
+                                           c->posted_wake_early ? &near : nullptr, &t_woke);
     } else {
         for (bool more = true;;) {
             if (more) more = enqueue_more();
@@ -1218,6 +1227,14 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
                             ? std::chrono::duration<double, std::micro>(t_done - t_gate).count()
                             : -1.0;
     if (tail >= 0) h.tail_us[size_class] = static_cast<float>(tail);
+    // How long the woken caller spun for the end (< 0: how late it woke): the class's next lead.
+    double spin = 0;
+    const bool woke = c->posted_wake_early && c->posted_wake_lead_us >= 0 && gate_seen &&
+                      t_woke != Clock::time_point{} && t_done != Clock::time_point{};
+    if (woke) {
+        spin = std::chrono::duration<double, std::micro>(t_done - t_woke).count();
+        wake.update(static_cast<float>(spin));
+    }
     if (timed) {
         const double cpu_end = twohop::thread_cpu_s();
         char msg[512];
@@ -1225,14 +1242,16 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
                       "GPU-posted call: %llu B, %llu segments, %llu doorbells seen by the proxy, "
                       "%s; rounds %.1f us (calling thread's CPU %.1f us); from the rounds' end: "
                       "first descriptor %.1f us, hop 2 done %.1f us, end %.1f us (CPU %.1f us); "
-                      "tail after the last finish gate predicted %.1f us, taken %.1f us",
+                      "tail after the last finish gate predicted %.1f us, taken %.1f us; "
+                      "wake lead %.1f us, spun %.1f us (next lead %.1f us)",
                       static_cast<unsigned long long>(count * red.item_bytes),
                       static_cast<unsigned long long>(nseg), static_cast<unsigned long long>(bells),
                       kernel_blocks > 0 ? "one kernel" : "stream operations per segment",
                       std::chrono::duration<double, std::micro>(t_start - h.call_entry).count(),
                       1e6 * (cpu_start - h.call_entry_cpu), t_first, t_hop2,
                       std::chrono::duration<double, std::micro>(Clock::now() - t_start).count(),
-                      1e6 * (cpu_end - cpu_start), predicted_tail, tail);
+                      1e6 * (cpu_end - cpu_start), predicted_tail, tail, lead,
+                      woke ? spin : 0.0, static_cast<double>(wake.lead_us()));
         c->host.log(3, msg);
     }
     return TWOHOP_OK;

@@ -34,6 +34,7 @@
 #include "job.h"
 #include "reducer.h"
 #include "twohop_core.h"
+#include "wake_lead.h"
 
 struct twohop_comm;
 
@@ -135,6 +136,10 @@ struct GpuHop1 {
     // last call's last finish gate to its end (0: none yet); coll_twohop_posted_wake_lead_us
     // wakes the next call's calling thread that long before the end this predicts.
     float tail_us[64] = {};
+    // The same calls' wake lead per size class (wake_lead.h; coll_twohop_posted_wake_spin_us),
+    // made from the communicator's parameters at the class's first call (wake_set).
+    twohop::WakeLead wake[64];
+    bool wake_set[64] = {};
     /* Waits (spinning) until the work enqueued on twohop's own stream has completed. */
     void settle();
     /* settle(), then drops the segment's registration with the driver (before the segment is

@@ -39,16 +39,22 @@
 #          with stream operations (device_allreduce bench, 4 and 8 ranks), and the stream-ordered size table with the
 #          kernel and without (CALL_MAX: largest size, default 64 MiB). KCFGS: the bench
 #          configurations, "gpu_posted posted_kernel_blocks gpu_hop3_gather_min_bytes
-#          posted_proxy_min_bytes [posted_wake_early [posted_wake_lead_us]]" separated by ';'; KSTREAM: the posted_kernel_blocks values of
+#          posted_proxy_min_bytes [posted_wake_early [posted_wake_lead_us [posted_wake_spin_us]]]" separated by ';'; KSTREAM: the posted_kernel_blocks values of
 #          the stream-ordered table (default "2 0", "none" for no table; "2:3" the same at verbose 3; "2:0:0" with enqueue_stage_kernel_max_bytes 0; "2:0:S:D" also enqueue_on_device_min_bytes D); KNPS: their rank counts (default "4 8"); KSTREAM_POSTED: gpu_posted of its blocking
 #          calls (default 1); KBENCH_ARGS: more arguments of the bench (e.g. "--min 262144
 #          --step 2" for 1 MiB among the sizes); KSTREAM_VERBOSE=3: the calling thread's phases of its idle-stream
 #          calls; KSTREAM_MAX: the table's largest size (default CALL_MAX); KHOST=MIN:MAX: host
 #          against device buffers (defaults), OSU-style, that size range.
+#   wake: the calling thread's wake lead of blocking GPU-posted calls: device_allreduce bench
+#          (WAKE_MIN..WAKE_MAX, x2 steps, default 1-8 MiB) CPU-posted, GPU-posted with a fixed
+#          lead and GPU-posted with an adaptive one (coll_twohop_posted_wake_spin_us), in turn,
+#          WAKE_REPEAT times (default 2), 4 and 8 ranks (KNPS) on two virtual nodes over shared
+#          memory; a table of latency and calling-thread CPU against CPU-posted (medians over the
+#          repeats). WAKE_CFGS: "gpu_posted:posted_wake_spin_us" entries (default "0:0 1:0 1:10").
 #   kdiag: where GPU-posted calls spend their time (verbose-3 host timestamps and the calling
 #          thread's CPU time in the rounds and after them, medians per size, calling thread or
 #          proxy driving, kernel or stream operations; KDIAG_CFGS: "posted_kernel_blocks
-#          posted_proxy_min_bytes [posted_wake_lead_us]" separated by ';'; KDIAG_MAX: the largest
+#          posted_proxy_min_bytes [posted_wake_lead_us [posted_wake_spin_us]]" separated by ';'; KDIAG_MAX: the largest
 #          size, default 8 MiB; KNPS: the rank counts, default "4 8") and the call kernel's grid size swept
 #          (coll_twohop_posted_kernel_blocks 1..16; KDIAG_SWEEP: "gpu_posted blocks" separated
 #          by ';', empty to skip) against CPU-posted, 4 and 8 ranks on two virtual nodes over
@@ -414,34 +420,83 @@ if [[ $mode == half ]]; then
     printf '%s\n' "${summary[@]}"
     exit $status
 fi
+if [[ $mode == wake ]]; then
+    shm=(bash -c 'OMPI_MCA_coll_twohop_vnode_shm_transport=1 exec "$@"' _)
+    for np in ${KNPS:-4 8}; do
+        for rep in $(seq "${WAKE_REPEAT:-2}"); do
+            for cfg in ${WAKE_CFGS:-0:0 1:0 1:10}; do
+                IFS=: read -r p ws <<<"$cfg"
+                RUN_MCA="coll_twohop_gpu_posted=$p coll_twohop_posted_wake_spin_us=$ws" \
+                    run $np rr:2 0 -- "${shm[@]}" "$build/mpi_tests/device_allreduce" bench \
+                    --min "${WAKE_MIN:-1048576}" --step 2 --max "${WAKE_MAX:-8388608}" \
+                    >"$out/wake_np${np}_p${p}_ws${ws}_r$rep.txt" 2>&1 || status=1
+            done
+        done
+        echo "== wake lead, $np ranks, 2 virtual nodes (shm): latency (us), ratio to CPU-posted, calling-thread CPU (us), CPU-posted CPU / this CPU (medians over ${WAKE_REPEAT:-2} repeats)"
+        python3 - "$out" "$np" ${WAKE_CFGS:-0:0 1:0 1:10} <<'PY'
+import glob, statistics as st, sys
+out, np, cfgs = sys.argv[1], sys.argv[2], sys.argv[3:]
+rows = {}  # cfg -> bytes -> [(us, cpu)]
+for cfg in cfgs:
+    p, ws = cfg.split(":")
+    for f in sorted(glob.glob(f"{out}/wake_np{np}_p{p}_ws{ws}_r*.txt")):
+        for line in open(f, errors="replace"):
+            v = line.split()
+            if len(v) >= 6 and v[0].isdigit():
+                rows.setdefault(cfg, {}).setdefault(int(v[0]), []).append((float(v[1]), float(v[5])))
+base = rows.get(cfgs[0], {})
+print(f"{'bytes':>10} " + " ".join(f"{c:>26}" for c in cfgs))
+for b in sorted(base):
+    b_us = st.median(u for u, _ in base[b]); b_cpu = st.median(c for _, c in base[b])
+    cells = []
+    for cfg in cfgs:
+        r = rows.get(cfg, {}).get(b)
+        if not r:
+            cells.append(f"{'-':>26}"); continue
+        us = st.median(u for u, _ in r); cpu = st.median(c for _, c in r)
+        cells.append(f"{us:8.1f} {us / b_us:5.2f} {cpu:6.1f} {b_cpu / cpu:4.1f}x")
+    print(f"{b:>10} " + " ".join(cells))
+PY
+    done
+    echo "================ gpu_check summary"
+    exit $status
+fi
 if [[ $mode == kdiag ]]; then
     shm=(bash -c 'OMPI_MCA_coll_twohop_vnode_shm_transport=1 exec "$@"' _)
     for np in ${KNPS:-4 8}; do
         IFS=';' read -ra kcfgs <<<"${KDIAG_CFGS:-8 1048576;8 0;0 1048576}"
         for cfg in "${kcfgs[@]}"; do
-            read -r kb pm wl <<<"$cfg"
-            RUN_MCA="coll_twohop_verbose=3 coll_twohop_gpu_posted=1 coll_twohop_posted_kernel_blocks=$kb coll_twohop_posted_proxy_min_bytes=$pm coll_twohop_posted_wake_lead_us=${wl:-50}" \
+            read -r kb pm wl ws <<<"$cfg"
+            f="$out/kdiag_v3_np${np}_k${kb}_p${pm}_wl${wl:-50}_ws${ws:-0}.txt"
+            RUN_MCA="coll_twohop_verbose=3 coll_twohop_gpu_posted=1 coll_twohop_posted_kernel_blocks=$kb coll_twohop_posted_proxy_min_bytes=$pm coll_twohop_posted_wake_lead_us=${wl:-50} coll_twohop_posted_wake_spin_us=${ws:-0}" \
                 run $np rr:2 0 -- "${shm[@]}" "$build/mpi_tests/twohop_osu_allreduce" -d cuda \
                 -f --expect-twohop -T mpi_float -m 8192:${KDIAG_MAX:-8388608} -i 30 -x 5 \
-                >"$out/kdiag_v3_np${np}_k${kb}_p${pm}_wl${wl:-50}.txt" 2>&1 || status=1
-            echo "== GPU-posted host timestamps, $np ranks, posted_kernel_blocks=$kb posted_proxy_min_bytes=$pm posted_wake_lead_us=${wl:-50} (median us over ranks and calls)"
-            python3 - "$out/kdiag_v3_np${np}_k${kb}_p${pm}_wl${wl:-50}.txt" <<'PY'
+                >"$f" 2>&1 || status=1
+            echo "== GPU-posted host timestamps, $np ranks, posted_kernel_blocks=$kb posted_proxy_min_bytes=$pm posted_wake_lead_us=${wl:-50} posted_wake_spin_us=${ws:-0} (median us over ranks and calls)"
+            python3 - "$f" <<'PY'
 import re, statistics, sys
-per = {}
+per, wake = {}, {}
 for line in open(sys.argv[1], errors="replace"):
     m = re.search(r"GPU-posted call: (\d+) B.*rounds ([-0-9.]+) us \(calling thread's CPU ([-0-9.]+) us\).*first descriptor ([-0-9.]+) us, hop 2 done ([-0-9.]+) us, end ([-0-9.]+) us \(CPU ([-0-9.]+) us\)", line)
     if m:
         per.setdefault(int(m.group(1)), []).append(tuple(float(m.group(i)) for i in range(2, 8)))
+    w = re.search(r"GPU-posted call: (\d+) B.*wake lead ([-0-9.]+) us, spun ([-0-9.]+) us", line)
+    if w:
+        wake.setdefault(int(w.group(1)), []).append((float(w.group(2)), float(w.group(3))))
 names = ("rounds", "rounds_cpu", "first", "hop2", "end", "end_cpu")
-print(f"{'bytes':>10} {'calls':>5} " + " ".join(f"{n:>10}" for n in names) + "   (medians; end_cpu p90)")
+print(f"{'bytes':>10} {'calls':>5} " + " ".join(f"{n:>10}" for n in names) +
+      f" {'lead':>8} {'spun':>8}   (medians; end_cpu p90; late: calls whose caller woke after the end)")
 for b in sorted(per):
     v = per[b]
     cols = list(zip(*v))
     p90 = sorted(cols[5])[int(0.9 * (len(v) - 1))]
+    lw = wake.get(b, [(0.0, 0.0)])
+    late = sum(1 for _, sp in lw if sp < 0)
     print(f"{b:>10} {len(v):>5} " + " ".join(f"{statistics.median(c):10.1f}" for c in cols) +
-          f"   {p90:.1f}")
+          f" {statistics.median(l for l, _ in lw):8.1f} {statistics.median(sp for _, sp in lw):8.1f}"
+          f"   {p90:.1f}, late {late}")
 PY
-            grep -E "^[0-9]" "$out/kdiag_v3_np${np}_k${kb}_p${pm}_wl${wl:-50}.txt" | head -20
+            grep -E "^[0-9]" "$f" | head -20
         done
         IFS=';' read -ra bcfgs <<<"${KDIAG_SWEEP-0 8;1 1;1 2;1 4;1 8;1 16}"
         for cfg in "${bcfgs[@]}"; do
@@ -503,14 +558,15 @@ if [[ $mode == callkernel ]]; then
     for np in ${KNPS:-4 8}; do
         IFS=';' read -ra cfgs <<<"${KCFGS:-0 2 262144 1048576;1 2 262144 1048576;1 0 262144 1048576;1 1 262144 1048576;1 2 0 1048576}"
         for cfg in "${cfgs[@]}"; do
-            read -r p kb g pm we wl <<<"$cfg"
+            read -r p kb g pm we wl ws <<<"$cfg"
             we=${we:-1}
             wl=${wl:-50}
-            f="$out/kbench_p${p}_k${kb}_g${g}_pm${pm}_we${we}_wl${wl}_np$np.txt"
-            RUN_MCA="coll_twohop_gpu_posted=$p coll_twohop_posted_kernel_blocks=$kb coll_twohop_gpu_hop3_gather_min_bytes=$g coll_twohop_posted_proxy_min_bytes=$pm coll_twohop_posted_wake_early=$we coll_twohop_posted_wake_lead_us=$wl" \
+            ws=${ws:-0}
+            f="$out/kbench_p${p}_k${kb}_g${g}_pm${pm}_we${we}_wl${wl}_ws${ws}_np$np.txt"
+            RUN_MCA="coll_twohop_gpu_posted=$p coll_twohop_posted_kernel_blocks=$kb coll_twohop_gpu_hop3_gather_min_bytes=$g coll_twohop_posted_proxy_min_bytes=$pm coll_twohop_posted_wake_early=$we coll_twohop_posted_wake_lead_us=$wl coll_twohop_posted_wake_spin_us=$ws" \
                 run $np rr:2 0 -- "${shm[@]}" "$build/mpi_tests/device_allreduce" bench \
                 --max ${CALL_MAX:-67108864} --pinned ${KBENCH_ARGS:-} >"$f" 2>&1 || status=1
-            echo "== device buffers, $np ranks, 2 virtual nodes (shm), gpu_posted=$p posted_kernel_blocks=$kb gpu_hop3_gather_min_bytes=$g posted_proxy_min_bytes=$pm posted_wake_early=$we posted_wake_lead_us=$wl"
+            echo "== device buffers, $np ranks, 2 virtual nodes (shm), gpu_posted=$p posted_kernel_blocks=$kb gpu_hop3_gather_min_bytes=$g posted_proxy_min_bytes=$pm posted_wake_early=$we posted_wake_lead_us=$wl posted_wake_spin_us=$ws"
             grep -E "^#|^ +[0-9]" "$f"
         done
         if [[ -n ${KHOST:-} ]]; then

@@ -14,10 +14,12 @@
 #include "doorbell_ring.h"
 #include "posted_call.h"
 #include "proxy.h"
+#include "wake_lead.h"
 
 using twohop::DoorbellRing;
 using twohop::PostDesc;
 using twohop::Proxy;
+using twohop::WakeLead;
 
 namespace {
 
@@ -146,6 +148,76 @@ TEST(Proxy, CallerWokenNearTheEndSpinsBoundedThenSleeps) {
     EXPECT_GE(std::chrono::steady_clock::now(), end_at);
     const double caller = (b.tv_sec - a.tv_sec) + 1e-9 * (b.tv_nsec - a.tv_nsec);
     EXPECT_LT(caller, 0.02) << "the caller used " << caller << " s of CPU";
+}
+
+// run(..., near, &woke): `woke` is when the caller left its sleep: after `near` turned true
+// (here, well before the end), or after the end when `near` never came.
+TEST(Proxy, ReportsWhenTheCallerWoke) {
+    Proxy p;
+    for (const bool comes : {true, false}) {
+        std::atomic<bool> near{false};
+        const auto t0 = std::chrono::steady_clock::now();
+        const auto near_at = t0 + std::chrono::milliseconds(20);
+        const auto end_at = t0 + std::chrono::milliseconds(60);
+        std::chrono::steady_clock::time_point woke{}, done{};
+        const int st = p.run(
+            [&] {
+                const auto now = std::chrono::steady_clock::now();
+                if (comes && now >= near_at) near.store(true);
+                if (now < end_at) return Proxy::kPending;
+                done = now;
+                return 0;
+            },
+            nullptr, &near, &woke);
+        EXPECT_EQ(st, 0);
+        ASSERT_NE(woke, std::chrono::steady_clock::time_point{});
+        if (comes) {
+            EXPECT_GE(woke, near_at);
+            EXPECT_LT(woke, done) << "woken for `near`, before the end";
+        } else {
+            EXPECT_GE(woke, done) << "no `near`: woken by the end";
+        }
+    }
+}
+
+// The wake lead (wake_lead.h): a late caller raises it by its lateness plus the target, a long
+// spin lowers it by half the excess, it stays within [0, max], and target 0 keeps it fixed.
+TEST(WakeLead, GrowsByTheLatenessShrinksByHalfTheExcessWithinBounds) {
+    WakeLead w(50, 10, 200);
+    EXPECT_FLOAT_EQ(w.lead_us(), 50);
+    EXPECT_FLOAT_EQ(w.update(40), 35);  // spun 30 over the target: -15
+    EXPECT_FLOAT_EQ(w.update(10), 35);  // on target: unchanged
+    EXPECT_FLOAT_EQ(w.update(5), 35);   // below the target, not late: unchanged
+    EXPECT_FLOAT_EQ(w.update(-20), 65); // 20 late: +20 + 10
+    EXPECT_FLOAT_EQ(w.update(-500), 200); // clamped to max
+    for (int i = 0; i < 64; ++i) w.update(1000);
+    EXPECT_FLOAT_EQ(w.lead_us(), 0); // clamped to 0
+    WakeLead fixed(50, 0, 200);
+    EXPECT_FLOAT_EQ(fixed.update(-100), 50);
+    EXPECT_FLOAT_EQ(fixed.update(300), 50);
+    WakeLead low_max(80, 10, 20); // max below the start: the start is the max
+    EXPECT_FLOAT_EQ(low_max.update(-30), 80);
+}
+
+// Settles where the caller neither oversleeps nor spins much, for a host whose wake-ups come
+// `latency` late: a stand-in for one size class, the end always 100 us after the last gate.
+TEST(WakeLead, SettlesNearTheWakeUpLatencyPlusTheTarget) {
+    for (const float latency : {5.0f, 30.0f, 80.0f}) {
+        WakeLead w(50, 10, 200);
+        float late_sum = 0, spin_sum = 0;
+        for (int call = 0; call < 200; ++call) {
+            const float woke = 100 - w.lead_us() + latency; // after the last gate, us
+            const float spin = 100 - woke;
+            if (call >= 100) { // settled
+                late_sum += spin < 0 ? -spin : 0;
+                spin_sum += spin > 0 ? spin : 0;
+            }
+            w.update(spin);
+        }
+        EXPECT_NEAR(w.lead_us(), latency + 10, 1.0) << "latency " << latency;
+        EXPECT_EQ(late_sum, 0) << "latency " << latency;
+        EXPECT_LT(spin_sum / 100, 11) << "latency " << latency;
+    }
 }
 
 // prewake() wakes an idle proxy for a bounded spin: it then sleeps again, and runs jobs.

@@ -16,7 +16,7 @@ int Proxy::run(std::function<int()> step, const std::function<bool()> &alongside
 }
 
 int Proxy::run(std::function<int()> step, const std::function<bool()> &alongside,
-               const std::atomic<bool> *near) {
+               const std::atomic<bool> *near, std::chrono::steady_clock::time_point *woke) {
     Job job;
     job.step = std::move(step);
     job.near = near;
@@ -41,6 +41,7 @@ int Proxy::run(std::function<int()> step, const std::function<bool()> &alongside
         lock.lock();
         done_.wait(lock, [&] { return finished() || near->load(std::memory_order_acquire); });
         lock.unlock();
+        if (woke != nullptr) *woke = std::chrono::steady_clock::now();
         const auto until = std::chrono::steady_clock::now() + kNearSpin;
         while (!finished() && std::chrono::steady_clock::now() < until) {
         }

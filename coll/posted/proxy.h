@@ -72,10 +72,13 @@ class Proxy {
      * short (a GPU-posted call: its last gate opened, only the GPU's hop 3 and the end remain).
      * The caller does not spin after queueing the job; it sleeps until `near` or the end, and
      * from `near` spins up to kNearSpin for the end, so the wake-up of a sleeping thread
-     * (tens of microseconds) overlaps the job's tail instead of following it.
+     * (tens of microseconds) overlaps the job's tail instead of following it. `woke` (may
+     * be null): when the caller woke from that sleep (for `near` or for the end), so that it
+     * can tell how long it spun or how late it woke (wake_lead.h).
      */
     int run(std::function<int()> step, const std::function<bool()> &alongside,
-            const std::atomic<bool> *near);
+            const std::atomic<bool> *near,
+            std::chrono::steady_clock::time_point *woke = nullptr);
     static constexpr std::chrono::microseconds kNearSpin{250};
 
     /*

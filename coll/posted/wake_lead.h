@@ -1,0 +1,63 @@
+/*
+ * How long before a blocking GPU-posted call's predicted end its sleeping calling thread is
+ * woken (the "lead", microseconds), adapted per size class from what the previous calls of
+ * that class measured on this rank.
+ *
+ * A woken caller spins until the call ends: the lead is paid in the calling thread's CPU time
+ * (a CPU-posted call spins throughout; the GPU-posted one should not). A caller woken too late
+ * adds its lateness to the call's latency, and through it to the next call's rounds. Both
+ * depend on this host's wake-up latency (a free core or not: ranks and proxy threads against
+ * cores) and on how well the previous call's tail predicts this one's, which no fixed lead
+ * fits at every rank count (docs/perf.md: 20 µs halved the CPU time at 4 ranks of one 16-core
+ * host and doubled the latency at 8).
+ *
+ * The controller (one per size class): after each call, `spin_us` = the call's end minus the
+ * moment the caller woke (negative: it woke that much after the end).
+ *   - late (spin_us < 0): lead += lateness + target (the next call's wake-up absorbs a delay
+ *     as large as this one);
+ *   - spun longer than the target: lead -= (spin_us - target) / 2 (halves the excess: a few
+ *     calls of one size class to settle, slow enough that one early call does not swing it);
+ *   - clamped to [0, max_us].
+ * It sits where late wake-ups are rare: one costs at most its lateness once and raises the
+ * lead for the next call. Only when the calling thread wakes changes; what the rank does in
+ * the protocol does not (the rule in docs/design.md: rank-local timing decides no protocol
+ * step).
+ */
+#ifndef TWOHOP_WAKE_LEAD_H
+#define TWOHOP_WAKE_LEAD_H
+
+#include <algorithm>
+
+namespace twohop {
+
+class WakeLead {
+  public:
+    /* start_us: the first call's lead (coll_twohop_posted_wake_lead_us); target_us: the spin
+     * aimed at (coll_twohop_posted_wake_spin_us; <= 0: the lead stays start_us); max_us: the
+     * largest lead (>= start_us). All microseconds. */
+    WakeLead() = default; // a fixed lead of 0 until assigned
+    WakeLead(float start_us, float target_us, float max_us)
+        : lead_(start_us), target_(target_us), max_(std::max(max_us, start_us)) {}
+
+    float lead_us() const { return lead_; }
+
+    /* One call's outcome: spin_us = its end minus its caller's wake-up (microseconds, < 0 when
+     * the caller woke after the end). Returns the next call's lead. */
+    float update(float spin_us) {
+        if (target_ <= 0) return lead_;
+        if (spin_us < 0) {
+            lead_ += -spin_us + target_;
+        } else if (spin_us > target_) {
+            lead_ -= (spin_us - target_) / 2;
+        }
+        lead_ = std::min(std::max(lead_, 0.0f), max_);
+        return lead_;
+    }
+
+  private:
+    float lead_ = 0, target_ = 0, max_ = 0;
+};
+
+} // namespace twohop
+
+#endif
