@@ -1228,9 +1228,11 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
                             : -1.0;
     if (tail >= 0) h.tail_us[size_class] = static_cast<float>(tail);
     // How long the woken caller spun for the end (< 0: how late it woke): the class's next lead.
+    // Not after the class's first call, which had no prediction (woken at the last gate).
     double spin = 0;
-    const bool woke = c->posted_wake_early && c->posted_wake_lead_us >= 0 && gate_seen &&
-                      t_woke != Clock::time_point{} && t_done != Clock::time_point{};
+    const bool woke = c->posted_wake_early && c->posted_wake_lead_us >= 0 &&
+                      predicted_tail > 0 && gate_seen && t_woke != Clock::time_point{} &&
+                      t_done != Clock::time_point{};
     if (woke) {
         spin = std::chrono::duration<double, std::micro>(t_done - t_woke).count();
         wake.update(static_cast<float>(spin));
