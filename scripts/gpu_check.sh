@@ -424,7 +424,7 @@ if [[ $mode == wake ]]; then
     shm=(bash -c 'OMPI_MCA_coll_twohop_vnode_shm_transport=1 exec "$@"' _)
     for np in ${KNPS:-4 8}; do
         for rep in $(seq "${WAKE_REPEAT:-2}"); do
-            for cfg in ${WAKE_CFGS:-0:0 1:0 1:10}; do
+            for cfg in ${WAKE_CFGS:-0:0 1:10 1:0}; do
                 IFS=: read -r p ws <<<"$cfg"
                 RUN_MCA="coll_twohop_gpu_posted=$p coll_twohop_posted_wake_spin_us=$ws" \
                     run $np rr:2 0 -- "${shm[@]}" "$build/mpi_tests/device_allreduce" bench \
@@ -433,7 +433,7 @@ if [[ $mode == wake ]]; then
             done
         done
         echo "== wake lead, $np ranks, 2 virtual nodes (shm): latency (us), ratio to CPU-posted, calling-thread CPU (us), CPU-posted CPU / this CPU (medians over ${WAKE_REPEAT:-2} repeats)"
-        python3 - "$out" "$np" ${WAKE_CFGS:-0:0 1:0 1:10} <<'PY'
+        python3 - "$out" "$np" ${WAKE_CFGS:-0:0 1:10 1:0} <<'PY'
 import glob, statistics as st, sys
 out, np, cfgs = sys.argv[1], sys.argv[2], sys.argv[3:]
 rows = {}  # cfg -> bytes -> [(us, cpu)]
