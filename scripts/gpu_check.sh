@@ -50,7 +50,7 @@
 #          lead and GPU-posted with an adaptive one (coll_twohop_posted_wake_spin_us), in turn,
 #          WAKE_REPEAT times (default 2), 4 and 8 ranks (KNPS) on two virtual nodes over shared
 #          memory; a table of latency and calling-thread CPU against CPU-posted (medians over the
-#          repeats). WAKE_CFGS: "gpu_posted:posted_wake_spin_us" entries (default "0:0 1:0 1:10").
+#          repeats). WAKE_CFGS: "gpu_posted:posted_wake_spin_us" entries (default "0:0 1:10 1:0").
 #   kdiag: where GPU-posted calls spend their time (verbose-3 host timestamps and the calling
 #          thread's CPU time in the rounds and after them, medians per size, calling thread or
 #          proxy driving, kernel or stream operations; KDIAG_CFGS: "posted_kernel_blocks
