@@ -71,6 +71,8 @@
 #          MPI_FLOAT, 8 ranks: twohop against tuned/libnbc in the same run, and twohop's
 #          blocking osu_allreduce beside it); and the three forms of one allreduce in the same
 #          run (mpi_tests/forms_bench, host buffers, 8 and 16 ranks).
+#   firstrow: one node, 8 ranks on one GPU, the bench's first rows in five sweeps (the size,
+#          the buffers' size and the sweep's position changed one at a time).
 #   node8: one node, 8 and 4 ranks on one GPU, device buffers 8 B - 1 MiB (device_allreduce
 #          bench) against the same-run HBM bound (every rank copying n bytes device-to-device at
 #          once), with coll_twohop_gpu_one_kernel_max_bytes at its default and 0 (to 256 MiB: every size and 0); the
@@ -168,6 +170,19 @@ nvidia-cuda-mps-control -d && echo "gpu_check: MPS started"
 trap 'echo quit | nvidia-cuda-mps-control; echo "gpu_check: MPS stopped"' EXIT
 
 # --- mode node8: the single-node GPU path's small sizes against the same-run bound.
+if [[ $mode == firstrow ]]; then
+    # One node, 8 ranks on one GPU, the bench's first rows: which sweep makes its first row slow
+    # (its size, the buffers' size, the sweep's position)?
+    for args in "--max 1048576" "--min 32 --max 1048576" "--max 1048576 --repeat 2" "--max 2048" \
+        "--min 8 --max 8 --repeat 3"; do
+        f="$out/firstrow_$(echo "$args" | tr -d ' -').txt"
+        CUDA_VISIBLE_DEVICES=0 bash mpi_tests/run_mpi.sh -n 8 -b "$build" -t "${RUN_TIMEOUT:-300}" \
+            -- "$build/mpi_tests/device_allreduce" bench $args >"$f" 2>&1 || status=1
+        echo "== one node, 8 ranks on one GPU, bench $args (rows to 2 KiB)"
+        grep -E "^ *[0-9]" "$f" | awk '$1 <= 2048'
+    done
+    exit $status
+fi
 if [[ $mode == node8 ]]; then
     for np in 8 4; do
         for k in 1 0; do # local rank 0's one kernel (default), or a kernel per rank
