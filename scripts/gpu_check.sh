@@ -171,6 +171,7 @@ trap 'echo quit | nvidia-cuda-mps-control; echo "gpu_check: MPS stopped"' EXIT
 
 # --- mode node8: the single-node GPU path's small sizes against the same-run bound.
 if [[ $mode == firstrow ]]; then
+    status=0
     # One node, 8 ranks on one GPU, the bench's first rows: which sweep makes its first row slow
     # (its size, the buffers' size, the sweep's position)?
     for args in "--max 1048576" "--min 32 --max 1048576" "--max 1048576 --repeat 2" "--max 2048" \
