@@ -20,7 +20,7 @@
  *   - clamped to [0, max_us].
  * It sits where late wake-ups are rare: one costs at most its lateness once and raises the
  * lead for the next call. Only when the calling thread wakes changes; what the rank does in
- * the protocol does not (the rule in docs/design.md: rank-local timing decides no protocol
+ * the protocol does not (docs/design.md, "The rule": rank-local timing decides no protocol
  * step).
  */
 #ifndef TWOHOP_WAKE_LEAD_H
@@ -32,10 +32,10 @@ namespace twohop {
 
 class WakeLead {
   public:
+    WakeLead() = default; // a fixed lead of 0 until assigned
     /* start_us: the first call's lead (coll_twohop_posted_wake_lead_us); target_us: the spin
      * aimed at (coll_twohop_posted_wake_spin_us; <= 0: the lead stays start_us); max_us: the
-     * largest lead (>= start_us). All microseconds. */
-    WakeLead() = default; // a fixed lead of 0 until assigned
+     * largest lead (raised to start_us if below). All microseconds. */
     WakeLead(float start_us, float target_us, float max_us)
         : lead_(start_us), target_(target_us), max_(std::max(max_us, start_us)) {}
 
