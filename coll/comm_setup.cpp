@@ -131,9 +131,10 @@ std::string validate(const twohop_params &p) {
         return "coll_twohop_posted_kernel_blocks " + std::to_string(p.posted_kernel_blocks) +
                " out of range 0..64";
     }
-    if (p.posted_wake_spin_us < 0 || p.posted_wake_spin_us > 100000) {
+    // A woken caller spins at most Proxy::kNearSpin (250 us), then sleeps again.
+    if (p.posted_wake_spin_us < 0 || p.posted_wake_spin_us > 250) {
         return "coll_twohop_posted_wake_spin_us " + std::to_string(p.posted_wake_spin_us) +
-               " out of range 0..100000";
+               " out of range 0..250";
     }
     if (p.post_batch < 1 || p.post_batch > 64) {
         return "coll_twohop_post_batch " + std::to_string(p.post_batch) + " out of range 1..64";

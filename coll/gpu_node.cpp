@@ -1151,8 +1151,8 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
     // the last segments remains) plus the tail the previous call of this size class took,
     // less the class's wake lead (coll_twohop_posted_wake_lead_us to start with, adapted by
     // coll_twohop_posted_wake_spin_us: wake_lead.h): the caller's wake-up overlaps the end,
-    // and it spins about as long as the lead (the tail is kernel work: tens to hundreds of
-    // microseconds).
+    // and it spins for what remains (about the target once the lead has settled; the tail is
+    // kernel work: tens to hundreds of microseconds).
     std::atomic<bool> near{false};
     const int size_class = 63 - __builtin_clzll((count * red.item_bytes) | 1);
     const double predicted_tail = h.tail_us[size_class];
@@ -1160,8 +1160,8 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
     if (!h.wake_set[size_class]) {
         h.wake_set[size_class] = true;
         const float start = static_cast<float>(std::max(c->posted_wake_lead_us, 0));
-        wake = twohop::WakeLead(start, static_cast<float>(c->posted_wake_spin_us),
-                                4.0f * std::max(start, 50.0f));
+        const float target = static_cast<float>(c->posted_wake_spin_us);
+        wake = twohop::WakeLead(start, target, 4.0f * std::max({start, 50.0f, target}));
     }
     const double lead = wake.lead_us();
     const double wake_after = c->posted_wake_lead_us < 0 ? 0.0 : predicted_tail - lead;
@@ -1235,25 +1235,29 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
                       t_done != Clock::time_point{};
     if (woke) {
         spin = std::chrono::duration<double, std::micro>(t_done - t_woke).count();
-        wake.update(static_cast<float>(spin));
+        wake.update(static_cast<float>(spin), wake_after > 0);
     }
     if (timed) {
         const double cpu_end = twohop::thread_cpu_s();
-        char msg[512];
+        char spun[96] = "spin not measured";
+        if (woke) {
+            std::snprintf(spun, sizeof(spun), "spun %.1f us (next lead %.1f us)", spin,
+                          static_cast<double>(wake.lead_us()));
+        }
+        char msg[600];
         std::snprintf(msg, sizeof(msg),
                       "GPU-posted call: %llu B, %llu segments, %llu doorbells seen by the proxy, "
                       "%s; rounds %.1f us (calling thread's CPU %.1f us); from the rounds' end: "
                       "first descriptor %.1f us, hop 2 done %.1f us, end %.1f us (CPU %.1f us); "
                       "tail after the last finish gate predicted %.1f us, taken %.1f us; "
-                      "wake lead %.1f us, spun %.1f us (next lead %.1f us)",
+                      "wake lead %.1f us, %s",
                       static_cast<unsigned long long>(count * red.item_bytes),
                       static_cast<unsigned long long>(nseg), static_cast<unsigned long long>(bells),
                       kernel_blocks > 0 ? "one kernel" : "stream operations per segment",
                       std::chrono::duration<double, std::micro>(t_start - h.call_entry).count(),
                       1e6 * (cpu_start - h.call_entry_cpu), t_first, t_hop2,
                       std::chrono::duration<double, std::micro>(Clock::now() - t_start).count(),
-                      1e6 * (cpu_end - cpu_start), predicted_tail, tail, lead,
-                      woke ? spin : 0.0, static_cast<double>(wake.lead_us()));
+                      1e6 * (cpu_end - cpu_start), predicted_tail, tail, lead, spun);
         c->host.log(3, msg);
     }
     return TWOHOP_OK;

@@ -46,8 +46,8 @@
 #          calls; KSTREAM_MAX: the table's largest size (default CALL_MAX); KHOST=MIN:MAX: host
 #          against device buffers (defaults), OSU-style, that size range.
 #   wake: the calling thread's wake lead of blocking GPU-posted calls: device_allreduce bench
-#          (WAKE_MIN..WAKE_MAX, x2 steps, default 1-8 MiB) CPU-posted, GPU-posted with a fixed
-#          lead and GPU-posted with an adaptive one (coll_twohop_posted_wake_spin_us), in turn,
+#          (WAKE_MIN..WAKE_MAX, x2 steps, default 1-8 MiB) CPU-posted, GPU-posted with an
+#          adaptive lead (coll_twohop_posted_wake_spin_us) and with a fixed one, in turn,
 #          WAKE_REPEAT times (default 2), 4 and 8 ranks (KNPS) on two virtual nodes over shared
 #          memory; a table of latency and calling-thread CPU against CPU-posted (medians over the
 #          repeats). WAKE_CFGS: "gpu_posted:posted_wake_spin_us" entries (default "0:0 1:10 1:0").
@@ -169,7 +169,7 @@ export CUDA_MPS_PIPE_DIRECTORY=$mps/pipe CUDA_MPS_LOG_DIRECTORY=$mps/log
 nvidia-cuda-mps-control -d && echo "gpu_check: MPS started"
 trap 'echo quit | nvidia-cuda-mps-control; echo "gpu_check: MPS stopped"' EXIT
 
-# --- mode node8: the single-node GPU path's small sizes against the same-run bound.
+# --- mode firstrow: the bench's first rows at one node, 8 ranks.
 if [[ $mode == firstrow ]]; then
     status=0
     # One node, 8 ranks on one GPU, the bench's first rows: which sweep makes its first row slow
@@ -184,6 +184,7 @@ if [[ $mode == firstrow ]]; then
     done
     exit $status
 fi
+# --- mode node8: the single-node GPU path's small sizes against the same-run bound.
 if [[ $mode == node8 ]]; then
     for np in 8 4; do
         for k in 1 0; do # local rank 0's one kernel (default), or a kernel per rank
@@ -439,9 +440,12 @@ fi
 if [[ $mode == wake ]]; then
     shm=(bash -c 'OMPI_MCA_coll_twohop_vnode_shm_transport=1 exec "$@"' _)
     for np in ${KNPS:-4 8}; do
+        rm -f "$out"/wake_np${np}_*.txt # only this run's files in the table
         for rep in $(seq "${WAKE_REPEAT:-2}"); do
             for cfg in ${WAKE_CFGS:-0:0 1:10 1:0}; do
                 IFS=: read -r p ws <<<"$cfg"
+                p=${p:-1}
+                ws=${ws:-10}
                 RUN_MCA="coll_twohop_gpu_posted=$p coll_twohop_posted_wake_spin_us=$ws" \
                     run $np rr:2 0 -- "${shm[@]}" "$build/mpi_tests/device_allreduce" bench \
                     --min "${WAKE_MIN:-1048576}" --step 2 --max "${WAKE_MAX:-8388608}" \
@@ -449,12 +453,13 @@ if [[ $mode == wake ]]; then
             done
         done
         echo "== wake lead, $np ranks, 2 virtual nodes (shm): latency (us), ratio to CPU-posted, calling-thread CPU (us), CPU-posted CPU / this CPU (medians over ${WAKE_REPEAT:-2} repeats)"
-        python3 - "$out" "$np" ${WAKE_CFGS:-0:0 1:10 1:0} <<'PY'
+        python3 - "$out" "$np" ${WAKE_CFGS:-0:0 1:10 1:0} <<'PY' || status=1
 import glob, statistics as st, sys
 out, np, cfgs = sys.argv[1], sys.argv[2], sys.argv[3:]
 rows = {}  # cfg -> bytes -> [(us, cpu)]
 for cfg in cfgs:
-    p, ws = cfg.split(":")
+    p, _, ws = cfg.partition(":")
+    p, ws = p or "1", ws or "10"
     for f in sorted(glob.glob(f"{out}/wake_np{np}_p{p}_ws{ws}_r*.txt")):
         for line in open(f, errors="replace"):
             v = line.split()
@@ -470,7 +475,8 @@ for b in sorted(base):
         if not r:
             cells.append(f"{'-':>26}"); continue
         us = st.median(u for u, _ in r); cpu = st.median(c for _, c in r)
-        cells.append(f"{us:8.1f} {us / b_us:5.2f} {cpu:6.1f} {b_cpu / cpu:4.1f}x")
+        cpu_ratio = f"{b_cpu / cpu:4.1f}x" if cpu > 0 else "   -"
+        cells.append(f"{us:8.1f} {us / b_us:5.2f} {cpu:6.1f} {cpu_ratio}")
     print(f"{b:>10} " + " ".join(cells))
 PY
     done
@@ -483,12 +489,12 @@ if [[ $mode == kdiag ]]; then
         IFS=';' read -ra kcfgs <<<"${KDIAG_CFGS:-8 1048576;8 0;0 1048576}"
         for cfg in "${kcfgs[@]}"; do
             read -r kb pm wl ws <<<"$cfg"
-            f="$out/kdiag_v3_np${np}_k${kb}_p${pm}_wl${wl:-50}_ws${ws:-0}.txt"
-            RUN_MCA="coll_twohop_verbose=3 coll_twohop_gpu_posted=1 coll_twohop_posted_kernel_blocks=$kb coll_twohop_posted_proxy_min_bytes=$pm coll_twohop_posted_wake_lead_us=${wl:-50} coll_twohop_posted_wake_spin_us=${ws:-0}" \
+            f="$out/kdiag_v3_np${np}_k${kb}_p${pm}_wl${wl:-50}_ws${ws:-default}.txt"
+            RUN_MCA="coll_twohop_verbose=3 coll_twohop_gpu_posted=1 coll_twohop_posted_kernel_blocks=$kb coll_twohop_posted_proxy_min_bytes=$pm coll_twohop_posted_wake_lead_us=${wl:-50}${ws:+ coll_twohop_posted_wake_spin_us=$ws}" \
                 run $np rr:2 0 -- "${shm[@]}" "$build/mpi_tests/twohop_osu_allreduce" -d cuda \
                 -f --expect-twohop -T mpi_float -m 8192:${KDIAG_MAX:-8388608} -i 30 -x 5 \
                 >"$f" 2>&1 || status=1
-            echo "== GPU-posted host timestamps, $np ranks, posted_kernel_blocks=$kb posted_proxy_min_bytes=$pm posted_wake_lead_us=${wl:-50} posted_wake_spin_us=${ws:-0} (median us over ranks and calls)"
+            echo "== GPU-posted host timestamps, $np ranks, posted_kernel_blocks=$kb posted_proxy_min_bytes=$pm posted_wake_lead_us=${wl:-50} posted_wake_spin_us=${ws:-default} (median us over ranks and calls)"
             python3 - "$f" <<'PY'
 import re, statistics, sys
 per, wake = {}, {}
@@ -496,6 +502,7 @@ for line in open(sys.argv[1], errors="replace"):
     m = re.search(r"GPU-posted call: (\d+) B.*rounds ([-0-9.]+) us \(calling thread's CPU ([-0-9.]+) us\).*first descriptor ([-0-9.]+) us, hop 2 done ([-0-9.]+) us, end ([-0-9.]+) us \(CPU ([-0-9.]+) us\)", line)
     if m:
         per.setdefault(int(m.group(1)), []).append(tuple(float(m.group(i)) for i in range(2, 8)))
+    # Only calls whose spin was measured (a woken caller; not a class's first call)
     w = re.search(r"GPU-posted call: (\d+) B.*wake lead ([-0-9.]+) us, spun ([-0-9.]+) us", line)
     if w:
         wake.setdefault(int(w.group(1)), []).append((float(w.group(2)), float(w.group(3))))
@@ -506,11 +513,12 @@ for b in sorted(per):
     v = per[b]
     cols = list(zip(*v))
     p90 = sorted(cols[5])[int(0.9 * (len(v) - 1))]
-    lw = wake.get(b, [(0.0, 0.0)])
-    late = sum(1 for _, sp in lw if sp < 0)
+    lw = wake.get(b)
+    wcols = (f" {statistics.median(l for l, _ in lw):8.1f} {statistics.median(sp for _, sp in lw):8.1f}"
+             if lw else f" {'-':>8} {'-':>8}")
+    late = sum(1 for _, sp in lw if sp < 0) if lw else 0
     print(f"{b:>10} {len(v):>5} " + " ".join(f"{statistics.median(c):10.1f}" for c in cols) +
-          f" {statistics.median(l for l, _ in lw):8.1f} {statistics.median(sp for _, sp in lw):8.1f}"
-          f"   {p90:.1f}, late {late}")
+          wcols + f"   {p90:.1f}, late {late}" + (f" of {len(lw)}" if lw else ""))
 PY
             grep -E "^[0-9]" "$f" | head -20
         done
@@ -577,12 +585,11 @@ if [[ $mode == callkernel ]]; then
             read -r p kb g pm we wl ws <<<"$cfg"
             we=${we:-1}
             wl=${wl:-50}
-            ws=${ws:-0}
-            f="$out/kbench_p${p}_k${kb}_g${g}_pm${pm}_we${we}_wl${wl}_ws${ws}_np$np.txt"
-            RUN_MCA="coll_twohop_gpu_posted=$p coll_twohop_posted_kernel_blocks=$kb coll_twohop_gpu_hop3_gather_min_bytes=$g coll_twohop_posted_proxy_min_bytes=$pm coll_twohop_posted_wake_early=$we coll_twohop_posted_wake_lead_us=$wl coll_twohop_posted_wake_spin_us=$ws" \
+            f="$out/kbench_p${p}_k${kb}_g${g}_pm${pm}_we${we}_wl${wl}_ws${ws:-default}_np$np.txt"
+            RUN_MCA="coll_twohop_gpu_posted=$p coll_twohop_posted_kernel_blocks=$kb coll_twohop_gpu_hop3_gather_min_bytes=$g coll_twohop_posted_proxy_min_bytes=$pm coll_twohop_posted_wake_early=$we coll_twohop_posted_wake_lead_us=$wl${ws:+ coll_twohop_posted_wake_spin_us=$ws}" \
                 run $np rr:2 0 -- "${shm[@]}" "$build/mpi_tests/device_allreduce" bench \
                 --max ${CALL_MAX:-67108864} --pinned ${KBENCH_ARGS:-} >"$f" 2>&1 || status=1
-            echo "== device buffers, $np ranks, 2 virtual nodes (shm), gpu_posted=$p posted_kernel_blocks=$kb gpu_hop3_gather_min_bytes=$g posted_proxy_min_bytes=$pm posted_wake_early=$we posted_wake_lead_us=$wl posted_wake_spin_us=$ws"
+            echo "== device buffers, $np ranks, 2 virtual nodes (shm), gpu_posted=$p posted_kernel_blocks=$kb gpu_hop3_gather_min_bytes=$g posted_proxy_min_bytes=$pm posted_wake_early=$we posted_wake_lead_us=$wl posted_wake_spin_us=${ws:-default}"
             grep -E "^#|^ +[0-9]" "$f"
         done
         if [[ -n ${KHOST:-} ]]; then

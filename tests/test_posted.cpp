@@ -174,6 +174,8 @@ TEST(Proxy, ReportsWhenTheCallerWoke) {
         if (comes) {
             EXPECT_GE(woke, near_at);
             EXPECT_LT(woke, done) << "woken for `near`, before the end";
+            EXPECT_LT(woke, near_at + std::chrono::milliseconds(20))
+                << "taken when the caller woke, not after its spin";
         } else {
             EXPECT_GE(woke, done) << "no `near`: woken by the end";
         }
@@ -197,6 +199,11 @@ TEST(WakeLead, GrowsByTheLatenessShrinksByHalfTheExcessWithinBounds) {
     EXPECT_FLOAT_EQ(fixed.update(300), 50);
     WakeLead low_max(80, 10, 20); // max below the start: the start is the max
     EXPECT_FLOAT_EQ(low_max.update(-30), 80);
+    // Woken at the last gate already (the lead covered the predicted tail): lateness cannot be
+    // helped by a longer lead, which must not wind up; a long spin still lowers it.
+    WakeLead at_gate(50, 10, 200);
+    for (int i = 0; i < 10; ++i) EXPECT_FLOAT_EQ(at_gate.update(-40, false), 50);
+    EXPECT_FLOAT_EQ(at_gate.update(30, false), 40);
 }
 
 // Settles where the caller neither oversleeps nor spins much, for a host whose wake-ups come

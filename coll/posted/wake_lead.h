@@ -14,7 +14,8 @@
  * The controller (one per size class): after each call, `spin_us` = the call's end minus the
  * moment the caller woke (negative: it woke that much after the end).
  *   - late (spin_us < 0): lead += lateness + target (the next call's wake-up absorbs a delay
- *     as large as this one);
+ *     as large as this one), unless the caller was already woken at the last gate (a lead
+ *     at least the predicted tail: waking earlier is impossible, growing would wind up);
  *   - spun longer than the target: lead -= (spin_us - target) / 2 (halves the excess: a few
  *     calls of one size class to settle, slow enough that one early call does not swing it);
  *   - clamped to [0, max_us].
@@ -42,10 +43,14 @@ class WakeLead {
     float lead_us() const { return lead_; }
 
     /* One call's outcome: spin_us = its end minus its caller's wake-up (microseconds, < 0 when
-     * the caller woke after the end). Returns the next call's lead. */
-    float update(float spin_us) {
+     * the caller woke after the end). could_wake_earlier: false when the lead already covered
+     * the whole predicted tail (the caller was woken at the last gate, as early as it can be):
+     * then lateness does not raise the lead, which would only wind it up. Returns the next
+     * call's lead. */
+    float update(float spin_us, bool could_wake_earlier = true) {
         if (target_ <= 0) return lead_;
         if (spin_us < 0) {
+            if (!could_wake_earlier) return lead_;
             lead_ += -spin_us + target_;
         } else if (spin_us > target_) {
             lead_ -= (spin_us - target_) / 2;
