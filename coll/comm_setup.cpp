@@ -334,6 +334,13 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
     c->posted_wake_early = prm.posted_wake_early;
     c->posted_wake_lead_us = prm.posted_wake_lead_us;
     c->posted_wake_spin_us = prm.posted_wake_spin_us;
+    { // every size class's wake lead (gpu_node.h), from these parameters
+        const float start = static_cast<float>(std::max(prm.posted_wake_lead_us, 0));
+        const float target = static_cast<float>(prm.posted_wake_spin_us);
+        for (twohop::WakeLead &w : c->gpu_hop1.wake) {
+            w = twohop::WakeLead(start, target, 4.0f * std::max({start, 50.0f, target}));
+        }
+    }
     c->verbose = prm.verbose;
     twohop::Exchange ex(c->host, a->rank, a->size, prm.timeout);
     std::string err;

@@ -1157,12 +1157,6 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
     const int size_class = 63 - __builtin_clzll((count * red.item_bytes) | 1);
     const double predicted_tail = h.tail_us[size_class];
     twohop::WakeLead &wake = h.wake[size_class];
-    if (!h.wake_set[size_class]) {
-        h.wake_set[size_class] = true;
-        const float start = static_cast<float>(std::max(c->posted_wake_lead_us, 0));
-        const float target = static_cast<float>(c->posted_wake_spin_us);
-        wake = twohop::WakeLead(start, target, 4.0f * std::max({start, 50.0f, target}));
-    }
     const double lead = wake.lead_us();
     const double wake_after = c->posted_wake_lead_us < 0 ? 0.0 : predicted_tail - lead;
     Clock::time_point t_gate{}, t_done{}, t_woke{};
@@ -1228,11 +1222,11 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
                             : -1.0;
     if (tail >= 0) h.tail_us[size_class] = static_cast<float>(tail);
     // How long the woken caller spun for the end (< 0: how late it woke): the class's next lead.
-    // Not after the class's first call, which had no prediction (woken at the last gate).
+    // t_woke is set only where the caller slept for `near` (Proxy::run). Not after the class's
+    // first call, which had no prediction (woken at the last gate).
     double spin = 0;
-    const bool woke = c->posted_wake_early && c->posted_wake_lead_us >= 0 &&
-                      predicted_tail > 0 && gate_seen && t_woke != Clock::time_point{} &&
-                      t_done != Clock::time_point{};
+    const bool woke = c->posted_wake_lead_us >= 0 && predicted_tail > 0 && gate_seen &&
+                      t_woke != Clock::time_point{} && t_done != Clock::time_point{};
     if (woke) {
         spin = std::chrono::duration<double, std::micro>(t_done - t_woke).count();
         wake.update(static_cast<float>(spin), wake_after > 0);

@@ -137,9 +137,8 @@ struct GpuHop1 {
     // wakes the next call's calling thread that long before the end this predicts.
     float tail_us[64] = {};
     // The same calls' wake lead per size class (wake_lead.h; coll_twohop_posted_wake_spin_us),
-    // made from the communicator's parameters at the class's first call (wake_set).
+    // made from the communicator's parameters at set-up.
     twohop::WakeLead wake[64];
-    bool wake_set[64] = {};
     /* Waits (spinning) until the work enqueued on twohop's own stream has completed. */
     void settle();
     /* settle(), then drops the segment's registration with the driver (before the segment is

@@ -19,8 +19,9 @@
  *   - spun longer than the target: lead -= (spin_us - target) / 2 (halves the excess: a few
  *     calls of one size class to settle, slow enough that one early call does not swing it);
  *   - clamped to [0, max_us].
- * It sits where late wake-ups are rare: one costs at most its lateness once and raises the
- * lead for the next call. Only when the calling thread wakes changes; what the rank does in
+ * Each late wake-up costs its lateness once and raises the lead for the next call; with
+ * jittery wake-ups the lead settles where a share of the calls still wakes late (measured:
+ * 5-39 %, docs/perf.md "wake lead", hence off by default). Only when the calling thread wakes changes; what the rank does in
  * the protocol does not (docs/design.md, "The rule": rank-local timing decides no protocol
  * step).
  */
