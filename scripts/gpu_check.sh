@@ -55,7 +55,7 @@
 #          thread's CPU time in the rounds and after them, medians per size, calling thread or
 #          proxy driving, kernel or stream operations; KDIAG_CFGS: "posted_kernel_blocks
 #          posted_proxy_min_bytes [posted_wake_lead_us [posted_wake_spin_us]]" separated by ';'; KDIAG_MAX: the largest
-#          size, default 8 MiB; KNPS: the rank counts, default "4 8") and the call kernel's grid size swept
+#          size, default 8 MiB; KDIAG_MIN: the smallest, default 8 KiB; KDIAG_ITERS: timed calls per size, default 30; KNPS: the rank counts, default "4 8") and the call kernel's grid size swept
 #          (coll_twohop_posted_kernel_blocks 1..16; KDIAG_SWEEP: "gpu_posted blocks" separated
 #          by ';', empty to skip) against CPU-posted, 4 and 8 ranks on two virtual nodes over
 #          shared memory.
@@ -70,7 +70,9 @@
 #          osu_allreduce_persistent -d cuda -c, and the host overlap table (osu_iallreduce,
 #          MPI_FLOAT, 8 ranks: twohop against tuned/libnbc in the same run, and twohop's
 #          blocking osu_allreduce beside it); and the three forms of one allreduce in the same
-#          run (mpi_tests/forms_bench, host buffers, 8 and 16 ranks).
+#          run (mpi_tests/forms_bench, host buffers, 8 and 16 ranks). OMB_TIMES=1 (with OMB_DIR):
+#          also the three forms timed by OSU on device buffers (osu_allreduce, osu_iallreduce,
+#          osu_allreduce_persistent -d cuda, 4 ranks, one node and two virtual nodes).
 #   firstrow: one node, 8 ranks on one GPU, the bench's first rows in five sweeps (the size,
 #          the buffers' size and the sweep's position changed one at a time).
 #   node8: one node, 8 and 4 ranks on one GPU, device buffers 8 B - 1 MiB (device_allreduce
@@ -492,7 +494,8 @@ if [[ $mode == kdiag ]]; then
             f="$out/kdiag_v3_np${np}_k${kb}_p${pm}_wl${wl:-50}_ws${ws:-default}.txt"
             RUN_MCA="coll_twohop_verbose=3 coll_twohop_gpu_posted=1 coll_twohop_posted_kernel_blocks=$kb coll_twohop_posted_proxy_min_bytes=$pm coll_twohop_posted_wake_lead_us=${wl:-50}${ws:+ coll_twohop_posted_wake_spin_us=$ws}" \
                 run $np rr:2 0 -- "${shm[@]}" "$build/mpi_tests/twohop_osu_allreduce" -d cuda \
-                -f --expect-twohop -T mpi_float -m 8192:${KDIAG_MAX:-8388608} -i 30 -x 5 \
+                -f --expect-twohop -T mpi_float -m ${KDIAG_MIN:-8192}:${KDIAG_MAX:-8388608} \
+                -i ${KDIAG_ITERS:-30} -x 5 \
                 >"$f" 2>&1 || status=1
             echo "== GPU-posted host timestamps, $np ranks, posted_kernel_blocks=$kb posted_proxy_min_bytes=$pm posted_wake_lead_us=${wl:-50} posted_wake_spin_us=${ws:-default} (median us over ranks and calls)"
             python3 - "$f" <<'PY'
@@ -789,6 +792,41 @@ if [[ $mode == forms && -n ${OMB_DIR:-} ]]; then
                 grep -iE "fail|error|signal" "$out/${b}_cuda${vn:+_$vn}.log" | head -5
             fi
         done
+    done
+fi
+if [[ $mode == forms && -n ${OMB_DIR:-} && -n ${OMB_TIMES:-} ]]; then
+    # The three forms on device buffers, timed by OSU itself (no -c): osu_allreduce,
+    # osu_iallreduce (Pure Comm.: MPI_Iallreduce + MPI_Wait) and osu_allreduce_persistent
+    # (MPI_Start + MPI_Wait), 4 ranks on one node and on two virtual nodes (hop 2 over UCX
+    # shared memory), MPI_FLOAT, 8 B - OMB_TIMES_MAX (default 16 MiB).
+    shm=(bash -c 'OMPI_MCA_coll_twohop_vnode_shm_transport=1 exec "$@"' _)
+    for vn in "" rr:2; do
+        for b in osu_allreduce osu_iallreduce osu_allreduce_persistent; do
+            [[ -x $OMB_DIR/$b ]] || continue
+            run 4 "$vn" 0 -- "${shm[@]}" "$OMB_DIR/$b" -d cuda -T mpi_float \
+                -m 8:${OMB_TIMES_MAX:-16777216} -i 100 -x 10 >"$out/times_${b}${vn:+_$vn}.txt" 2>&1 ||
+                status=1
+        done
+        echo "== device buffers, 4 ranks, ${vn:-one node}: us per call (OSU; osu_iallreduce: Pure Comm.)"
+        python3 - "$out" "${vn:+_$vn}" <<'PY'
+import sys
+out, sfx = sys.argv[1], sys.argv[2]
+cols = {}
+for b, col in (("osu_allreduce", 1), ("osu_iallreduce", 3), ("osu_allreduce_persistent", 1)):
+    try:
+        for line in open(f"{out}/times_{b}{sfx}.txt", errors="replace"):
+            f = line.split()
+            if len(f) > col and f[0].isdigit():
+                cols.setdefault(int(f[0]), {})[b] = float(f[col])
+    except OSError:
+        pass
+print(f"{'bytes':>10} {'blocking':>10} {'nonblock':>10} {'persist':>10} {'nb/blk':>7} {'pers/blk':>8}")
+for n in sorted(cols):
+    v = cols[n]
+    b, i, p = (v.get(k) for k in ("osu_allreduce", "osu_iallreduce", "osu_allreduce_persistent"))
+    r = lambda x: f"{x / b:7.2f}" if x and b else f"{'-':>7}"
+    print(f"{n:>10} {b or 0:10.1f} {i or 0:10.1f} {p or 0:10.1f} {r(i)} {r(p):>8}")
+PY
     done
 fi
 if [[ $mode == forms ]]; then
