@@ -623,7 +623,46 @@ int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_us
     return TWOHOP_OK;
 }
 
+namespace {
+
+/* Verbose 2, at the communicator's end: per size class, the blocking GPU-posted calls' wake-ups
+ * (GpuHop1::wake_log): how long the woken caller spun, how many woke after the end, and the
+ * lead each call would have needed to wake exactly at its end (its lead minus its spin), as
+ * quantiles (the q-quantile of n sorted values: element floor(q * (n - 1))). */
+void log_wake_ups(twohop_comm *c) {
+    for (int k = 0; k < 64; ++k) {
+        const std::vector<std::array<float, 2>> &w = c->gpu_hop1.wake_log[k];
+        if (w.empty()) continue;
+        std::vector<float> spin, need;
+        spin.reserve(w.size());
+        need.reserve(w.size());
+        size_t late = 0;
+        for (const auto &e : w) {
+            spin.push_back(e[1]);
+            need.push_back(e[0] - e[1]);
+            if (e[1] < 0) ++late;
+        }
+        std::sort(spin.begin(), spin.end());
+        std::sort(need.begin(), need.end());
+        auto q = [](const std::vector<float> &v, double p) {
+            return static_cast<double>(v[static_cast<size_t>(p * static_cast<double>(v.size() - 1))]);
+        };
+        char msg[400];
+        std::snprintf(msg, sizeof(msg),
+                      "GPU-posted wake-ups, calls of %llu B and up to twice that: %zu measured, "
+                      "%zu woke after the end (%.1f %%); spin p10 %.1f p50 %.1f p90 %.1f us; lead "
+                      "needed to wake at the end p50 %.1f p90 %.1f p95 %.1f p99 %.1f max %.1f us",
+                      1ull << k, w.size(), late, 100.0 * static_cast<double>(late) /
+                      static_cast<double>(w.size()), q(spin, 0.1), q(spin, 0.5), q(spin, 0.9),
+                      q(need, 0.5), q(need, 0.9), q(need, 0.95), q(need, 0.99), q(need, 1.0));
+        c->host.log(2, msg);
+    }
+}
+
+} // namespace
+
 void gpu_node_log_phases(twohop_comm *c) {
+    log_wake_ups(c);
     std::vector<std::array<float, 5>> &v = c->gpu_clock.calls;
     if (v.empty()) return;
     float med[5];
@@ -1229,6 +1268,11 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
                       t_woke != Clock::time_point{} && t_done != Clock::time_point{};
     if (woke) {
         spin = std::chrono::duration<double, std::micro>(t_done - t_woke).count();
+        if (c->verbose >= 2 && h.wake_log[size_class].size() < GpuHop1::kWakeLogMax) {
+            // The lead it had: woken at the last gate when the lead covered the predicted tail.
+            const double had = wake_after > 0 ? lead : predicted_tail;
+            h.wake_log[size_class].push_back({static_cast<float>(had), static_cast<float>(spin)});
+        }
         wake.update(static_cast<float>(spin), wake_after > 0);
     }
     if (timed) {

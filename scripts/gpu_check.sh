@@ -50,7 +50,9 @@
 #          adaptive lead (coll_twohop_posted_wake_spin_us) and with a fixed one, in turn,
 #          WAKE_REPEAT times (default 2), 4 and 8 ranks (KNPS) on two virtual nodes over shared
 #          memory; a table of latency and calling-thread CPU against CPU-posted (medians over the
-#          repeats). WAKE_CFGS: "gpu_posted:posted_wake_spin_us" entries (default "0:0 1:10 1:0").
+#          repeats). WAKE_CFGS: "gpu_posted:posted_wake_spin_us" entries (default "0:0 1:10 1:0"). WAKE_VERBOSE=2:
+#          the runs at verbose 2, and a table of each GPU-posted run's wake-ups (the lead each
+#          call would have needed, quantiles logged once per communicator).
 #   kdiag: where GPU-posted calls spend their time (verbose-3 host timestamps and the calling
 #          thread's CPU time in the rounds and after them, medians per size, calling thread or
 #          proxy driving, kernel or stream operations; KDIAG_CFGS: "posted_kernel_blocks
@@ -448,7 +450,7 @@ if [[ $mode == wake ]]; then
                 IFS=: read -r p ws <<<"$cfg"
                 p=${p:-1}
                 ws=${ws:-10}
-                RUN_MCA="coll_twohop_gpu_posted=$p coll_twohop_posted_wake_spin_us=$ws" \
+                RUN_MCA="coll_twohop_gpu_posted=$p coll_twohop_posted_wake_spin_us=$ws${WAKE_VERBOSE:+ coll_twohop_verbose=$WAKE_VERBOSE}" \
                     run $np rr:2 0 -- "${shm[@]}" "$build/mpi_tests/device_allreduce" bench \
                     --min "${WAKE_MIN:-1048576}" --step 2 --max "${WAKE_MAX:-8388608}" \
                     >"$out/wake_np${np}_p${p}_ws${ws}_r$rep.txt" 2>&1 || status=1
@@ -481,6 +483,29 @@ for b in sorted(base):
         cells.append(f"{us:8.1f} {us / b_us:5.2f} {cpu:6.1f} {cpu_ratio}")
     print(f"{b:>10} " + " ".join(cells))
 PY
+        if [[ -n ${WAKE_VERBOSE:-} ]]; then
+            echo "== wake-ups, $np ranks (verbose 2, per run file and size class: medians over the ranks of the late share and of the lead needed to wake at the end, us)"
+            python3 - "$out" "$np" <<'PY'
+import glob, re, statistics as st, sys
+out, np = sys.argv[1], sys.argv[2]
+pat = re.compile(r"calls of (\d+) B.*?(\d+) measured, (\d+) woke after the end.*?spin p10 ([-0-9.]+) "
+                 r"p50 ([-0-9.]+) p90 ([-0-9.]+) us; lead needed to wake at the end p50 ([-0-9.]+) "
+                 r"p90 ([-0-9.]+) p95 ([-0-9.]+) p99 ([-0-9.]+) max ([-0-9.]+)")
+print(f"{'file':<28} {'class':>9} {'n':>5} {'late%':>6} {'spin50':>7} {'need50':>7} {'need90':>7} {'need95':>7} {'need99':>7} {'max':>7}")
+for f in sorted(glob.glob(f"{out}/wake_np{np}_p1_*.txt")):
+    per = {}
+    for line in open(f, errors="replace"):
+        m = pat.search(line)
+        if m:
+            per.setdefault(int(m.group(1)), []).append([float(x) for x in m.groups()[1:]])
+    for k in sorted(per):
+        rows = per[k]
+        med = lambda i: st.median(r[i] for r in rows)
+        late = st.median(100.0 * r[1] / r[0] for r in rows if r[0] > 0)
+        name = f.rsplit("/", 1)[-1][:-4]
+        print(f"{name:<28} {k:>9} {med(0):5.0f} {late:6.1f} {med(3):7.1f} {med(5):7.1f} {med(6):7.1f} {med(7):7.1f} {med(8):7.1f} {max(r[9] for r in rows):7.1f}")
+PY
+        fi
     done
     echo "================ gpu_check summary"
     exit $status
