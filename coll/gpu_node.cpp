@@ -13,6 +13,7 @@
 
 #include "comm_state.h"
 #include "cuda_driver.h"
+#include "engine.h"
 #include "gpu_kernel_list.h"
 #include "posted_call.h"
 #include "posted_job.h"
@@ -521,6 +522,46 @@ int activate_hop1(twohop_comm *c, const GpuDesc *peer, int device, bool one_devi
 
 } // namespace
 
+namespace {
+
+/*
+ * The node GPU path's kernel for call s, every local rank having voted yes: this rank's shard
+ * of the message from every local input into every local output (peers' buffers opened
+ * through CUDA IPC), or -- when every buffer is on one GPU (one_device, the same on every rank:
+ * each compares all descriptors) and the call is at most gpu_one_kernel_bytes -- the whole
+ * message in one kernel on local rank 0, the others launching nothing: one launch and one
+ * synchronisation per call instead of one per rank, which under MPS cost more than the
+ * reduction itself below a few MiB (above 64 MiB one kernel per rank was a few % faster).
+ * Waits for this rank's kernel only (never for a peer). Returns a twohop_status.
+ */
+int node_kernel(twohop_comm *c, const GpuDesc *peer, int device, bool one_device, char *my_in,
+                char *my_out, uint64_t count, const twohop_reduction &red, uint64_t s,
+                bool stage_in, bool stage_out) {
+    const int me = c->topo.local_rank;
+    const uint64_t bytes = count * red.item_bytes;
+    const bool one_kernel = one_device && bytes <= c->gpu_one_kernel_bytes;
+    if (one_kernel && me != 0) return TWOHOP_OK;
+    twohop_gpu_args a;
+    int rc = shard_args(c, peer, device, one_device, my_in, my_out, count, red, one_kernel, &a);
+    if (rc != TWOHOP_OK) return rc;
+    if (c->verbose >= 3) {
+        char msg[320];
+        std::snprintf(msg, sizeof(msg),
+                      "GPU path: seq %llu, %llu elements%s, staged in %d out %d, vector %d, "
+                      "in[0] %p out[0] %p in[1] %p out[1] %p",
+                      static_cast<unsigned long long>(s), static_cast<unsigned long long>(a.n),
+                      one_kernel ? " (the node's one kernel)" : "", stage_in, stage_out, a.vec,
+                      a.in[0], a.out[0], a.in[1], a.out[1]);
+        c->host.log(3, msg);
+    }
+    if (!cuda::launch_and_wait(device, kernel_name(red.dtype, red.op), &a, sizeof(a), a.n)) {
+        return gpu_error(c, "the reduction kernel failed on local rank", me);
+    }
+    return TWOHOP_OK;
+}
+
+} // namespace
+
 int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out,
                        uint64_t count, const twohop_reduction &red, bool *taken) {
     *taken = false;
@@ -579,33 +620,10 @@ int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_us
         return decline(c, s); // the pipeline runs the call, from this seq on
     }
 
-    // The GPU path: my shard of the message, from every input into every output. When every
-    // local rank's buffers are on one GPU (one_device is the same on every rank: each compares
-    // all descriptors) and the call is at most gpu_one_kernel_bytes, local rank 0 reduces the
-    // whole message in one kernel and the others launch nothing: one launch and one
-    // synchronisation per call instead of one per rank, which under MPS cost more than the
-    // reduction itself below a few MiB (above 64 MiB one kernel per rank was a few % faster).
-    const bool one_kernel = one_device && bytes <= c->gpu_one_kernel_bytes;
-    if (!one_kernel || me == 0) {
-        twohop_gpu_args a;
-        rc = shard_args(c, peer, device, one_device, stage_in ? send_stage : in.device,
-                        stage_out ? recv_stage : out.device, count, red, one_kernel, &a);
-        if (rc != TWOHOP_OK) return rc;
-        if (c->verbose >= 3) {
-            char msg[320];
-            std::snprintf(msg, sizeof(msg),
-                          "GPU path: seq %llu, %llu elements%s, staged in %d out %d, vector %d, "
-                          "in[0] %p out[0] %p in[1] %p out[1] %p",
-                          static_cast<unsigned long long>(s),
-                          static_cast<unsigned long long>(a.n),
-                          one_kernel ? " (the node's one kernel)" : "", stage_in, stage_out,
-                          a.vec, a.in[0], a.out[0], a.in[1], a.out[1]);
-            c->host.log(3, msg);
-        }
-        if (!cuda::launch_and_wait(device, kernel_name(red.dtype, red.op), &a, sizeof(a), a.n)) {
-            return gpu_error(c, "the reduction kernel failed on local rank", me);
-        }
-    }
+    // The GPU path (node_kernel).
+    rc = node_kernel(c, peer, device, one_device, stage_in ? send_stage : in.device,
+                     stage_out ? recv_stage : out.device, count, red, s, stage_in, stage_out);
+    if (rc != TWOHOP_OK) return rc;
     tick(3);
     mine.reduced.store(s, std::memory_order_release);
     if ((rc = c->wait_all(&RankFlags::reduced, s)) != TWOHOP_OK) return rc;
@@ -621,6 +639,152 @@ int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_us
                                       float(ph[4])});
     }
     return TWOHOP_OK;
+}
+
+namespace {
+
+/*
+ * gpu_node_job's job: gpu_node_allreduce's rounds as steps that never wait (job.h).
+ *   start    s = ++seq; describe this rank's buffers; a rank that cannot take the GPU path
+ *            publishes its descriptor and its "no" (vote_no) and runs the host path at once
+ *   free     peers done with call s - depth (they may still read this rank's staging buffer);
+ *            then the input synchronised, staged if needed, the descriptor published
+ *   desc     every local rank's descriptor of s published; this rank's vote published
+ *   vote     every local rank voted; all yes: the kernel (node_kernel, which waits for this
+ *            rank's GPU only) and `reduced`; a no: decline, the host path's job
+ *   reduced  every local rank's kernel done; the staged result copied out, `done`
+ * Its CUDA calls run on the threads that advance it: device buffers make it a call the proxy
+ * thread never advances (engine.cpp, async_safe); with host buffers it never reaches a CUDA
+ * call (describe declines before the first).
+ */
+class GpuNodeJob : public twohop::Job {
+  public:
+    GpuNodeJob(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out,
+               uint64_t count, const twohop_reduction &red)
+        : c_(c), in_(in), out_(out), count_(count), red_(red) {}
+
+    int advance() override {
+        switch (state_) {
+        case kStart: {
+            ++steps_;
+            s_ = ++c_->seq;
+            describe(c_, in_, out_, red_, bytes(), &d_, &device_, &stage_in_, &stage_out_);
+            if (!d_.can) {
+                publish_desc(c_, d_, s_);
+                (void)vote_no(c_, s_);
+                return to_host();
+            }
+            state_ = kFree;
+        }
+        // fall through
+        case kFree: {
+            const uint64_t depth = static_cast<uint64_t>(c_->depth);
+            if (s_ > depth) {
+                const int rc = twohop::test_all(c_, &RankFlags::done, s_ - depth);
+                if (rc != TWOHOP_OK) return rc;
+            }
+            ++steps_;
+            const uint64_t b = bytes();
+            char *send_stage = static_cast<char *>(c_->gpu_staging[d_.in_place ? 1 : 0].ptr);
+            if (!cuda::sync_input(device_)) d_.can = 0;
+            if (d_.can && stage_in_ && !cuda::copy(send_stage, in_.device, b)) d_.can = 0;
+            publish_desc(c_, d_, s_);
+            if (!d_.can) {
+                (void)vote_no(c_, s_);
+                return to_host();
+            }
+            state_ = kDesc;
+        }
+        // fall through
+        case kDesc: {
+            int rc = twohop::test_all(c_, &RankFlags::desc_seq, s_);
+            if (rc != TWOHOP_OK) return rc;
+            ++steps_;
+            if ((rc = vote_publish(c_, d_, device_, s_, peer_, &one_device_)) != TWOHOP_OK) {
+                return rc;
+            }
+            state_ = kVote;
+        }
+        // fall through
+        case kVote: {
+            int rc = twohop::test_all(c_, &RankFlags::vote, s_ << 1);
+            if (rc != TWOHOP_OK) return rc;
+            ++steps_;
+            bool all = true;
+            for (int l = 0; l < c_->topo.local_size(); ++l) {
+                all = all && (c_->shm.flags(l).vote.load(std::memory_order_acquire) & 1);
+            }
+            if (!all) {
+                (void)decline(c_, s_);
+                return to_host();
+            }
+            char *send_stage = static_cast<char *>(c_->gpu_staging[d_.in_place ? 1 : 0].ptr);
+            char *recv_stage = static_cast<char *>(c_->gpu_staging[1].ptr);
+            if ((rc = node_kernel(c_, peer_, device_, one_device_,
+                                  stage_in_ ? send_stage : in_.device,
+                                  stage_out_ ? recv_stage : out_.device, count_, red_, s_,
+                                  stage_in_, stage_out_)) != TWOHOP_OK) {
+                return rc;
+            }
+            c_->shm.flags(c_->topo.local_rank).reduced.store(s_, std::memory_order_release);
+            state_ = kReduced;
+        }
+        // fall through
+        case kReduced: {
+            const int rc = twohop::test_all(c_, &RankFlags::reduced, s_);
+            if (rc != TWOHOP_OK) return rc;
+            ++steps_;
+            char *recv_stage = static_cast<char *>(c_->gpu_staging[1].ptr);
+            if (stage_out_ && !cuda::copy(out_.device, recv_stage, bytes())) {
+                return gpu_error(c_, "copying the result out of twohop's device staging on "
+                                     "local rank", c_->topo.local_rank);
+            }
+            c_->shm.flags(c_->topo.local_rank).done.store(s_, std::memory_order_release);
+            g_gpu_calls.fetch_add(1, std::memory_order_relaxed);
+            state_ = kEnded;
+            return TWOHOP_OK;
+        }
+        case kHost: {
+            const int rc = host_->advance();
+            steps_ = host_base_ + host_->steps();
+            return rc;
+        }
+        case kEnded:
+            break;
+        }
+        return TWOHOP_OK;
+    }
+
+  private:
+    enum State { kStart, kFree, kDesc, kVote, kReduced, kHost, kEnded };
+    uint64_t bytes() const { return count_ * red_.item_bytes; }
+    /* The node declined (sequence number given back): the host path's job runs the call. */
+    int to_host() {
+        host_ = twohop::make_job(c_, in_, out_, count_, red_);
+        host_base_ = steps_;
+        state_ = kHost;
+        return advance();
+    }
+    twohop_comm *c_;
+    const twohop_userbuf in_, out_;
+    const uint64_t count_;
+    const twohop_reduction red_;
+    State state_ = kStart;
+    uint64_t s_ = 0;
+    GpuDesc d_{};
+    int device_ = -1;
+    bool stage_in_ = false, stage_out_ = false, one_device_ = true;
+    GpuDesc peer_[TWOHOP_GPU_MAX_RANKS];
+    std::unique_ptr<twohop::Job> host_;
+    uint64_t host_base_ = 0;
+};
+
+} // namespace
+
+std::unique_ptr<twohop::Job> gpu_node_job(twohop_comm *c, const twohop_userbuf &in,
+                                          const twohop_userbuf &out, uint64_t count,
+                                          const twohop_reduction &red) {
+    return std::unique_ptr<twohop::Job>(new GpuNodeJob(c, in, out, count, red));
 }
 
 namespace {

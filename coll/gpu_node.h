@@ -66,6 +66,21 @@ struct GpuPathClock {
     std::vector<std::array<float, 5>> calls;
 };
 
+/*
+ * The node GPU path as a job (job.h), for non-blocking and persistent calls: the rounds of
+ * gpu_node_allreduce as steps that never wait, then the kernel, or -- when the node declines
+ * (a rank's buffers are host memory, not shareable, a user op) -- the host path's job
+ * (make_job) for the same call. For communicators of one node that run the GPU vote
+ * (twohop_comm::gpu_round) and calls on the pipeline path: every local rank must queue this
+ * job for the call, whatever its memory kinds (the vote is the node's), so the caller decides
+ * from the agreed state and the message size only (docs/design.md, "The rule"). A rank
+ * whose buffers cannot take the GPU path votes no without waiting (vote_no). The job makes
+ * CUDA calls only with device buffers, which the proxy thread never advances.
+ */
+std::unique_ptr<twohop::Job> gpu_node_job(twohop_comm *c, const twohop_userbuf &in,
+                                          const twohop_userbuf &out, uint64_t count,
+                                          const twohop_reduction &red);
+
 /* Logs c->gpu_clock (verbose 2) when calls were clocked. */
 void gpu_node_log_phases(twohop_comm *c);
 

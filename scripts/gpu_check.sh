@@ -776,10 +776,12 @@ PY
     exit $status
 fi
 if [[ $mode == full || $mode == quick || $mode == forms ]]; then
-# The non-blocking and persistent forms: every kind, served by twohop (its form's counter),
-# never by the GPU path (blocking calls only).
-check np2_one_gpu_nonblocking 2 "" 0 --form nonblocking
-check np2_one_gpu_persistent 2 "" 0 --form persistent
+# The non-blocking and persistent forms: every kind, served by twohop (its form's counter); on
+# one node calls of 1 MiB or more on device buffers take the node's GPU path (as a job).
+check np2_one_gpu_nonblocking 2 "" 0 --form nonblocking --expect-gpu
+check np2_one_gpu_persistent 2 "" 0 --form persistent --expect-gpu
+check np4_one_gpu_nonblocking 4 "" 0 --form nonblocking --expect-gpu
+check np4_one_gpu_persistent 4 "" 0 --form persistent --expect-gpu
 check np4_rr2_one_gpu_nonblocking 4 rr:2 0 --form nonblocking
 check np4_rr2_one_gpu_persistent 4 rr:2 0 --form persistent
 # Single-rank communicators with device buffers (coll/self would memcpy them on the host).

@@ -426,7 +426,18 @@ extern "C" int twohop_comm_iallreduce(twohop_comm *c, const twohop_userbuf *in,
                                       const twohop_reduction *red, twohop_done_fn done,
                                       void *ctx) {
     std::unique_ptr<twohop::Job> job;
-    if (count > 0) job = twohop::make_job(c, *in, *out, count, *red);
+    const bool latency = count > 0 && twohop::latency_path(c, count, red->item_bytes);
+    // One node that runs the GPU vote, a pipeline-path call: the node's GPU path as a job
+    // (gpu_node_job), which every local rank queues for the call whatever its buffers (the
+    // agreed gpu_round, the node count and the message size decide: the same on every rank).
+    // Latency-path calls keep the host path: no descriptor round is added to the small
+    // host-buffer calls (device buffers of a few KiB go through host copies instead, 1.4-1.6x
+    // the blocking call: docs/perf.md).
+    if (count > 0 && c->gpu_round && c->topo.n_nodes() == 1 && !latency) {
+        job = gpu_node_job(c, *in, *out, count, *red);
+    } else if (count > 0) {
+        job = twohop::make_job(c, *in, *out, count, *red);
+    }
     const bool async_ok = count > 0 && twohop::async_safe(c, *in, *out, *red);
     // Who drives the call besides the threads inside MPI (docs/design.md, "Who advances a
     // job"):
@@ -440,7 +451,6 @@ extern "C" int twohop_comm_iallreduce(twohop_comm *c, const twohop_userbuf *in,
     //   ranks then wait for this one: the node leader's hop 2. Once a rank's input is
     //   published, its node peers read it without it, so the rest waits for MPI_Wait/MPI_Test
     //   (the proxy still advances it while it runs for other calls).
-    const bool latency = count > 0 && twohop::latency_path(c, count, red->item_bytes);
     const bool first_pass =
         !async_ok || latency || count * red->item_bytes < c->async_start_bytes;
     const bool wake_proxy = !latency || (c->topo.n_nodes() > 1 && c->topo.local_rank == 0);
