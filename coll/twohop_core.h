@@ -179,9 +179,11 @@ typedef void (*twohop_done_fn)(void *ctx, int status, const char *why);
  * `done(ctx, ...)` reports the end. `in`, `out` (and what their ctx point to) and
  * red->user_ctx must stay valid until then; the structs themselves are copied. Returns
  * TWOHOP_OK when queued (done will be called), else TWOHOP_ERR_NO_MEMORY (done will not be).
- * Memory kinds: device buffers are reached through their kind's copies (never the node's GPU
- * path, which only blocking calls vote for: the same on every rank, since MPI matches a
- * non-blocking collective only with the same non-blocking collective).
+ * Memory kinds: on a communicator of one node that runs the GPU vote, a call on the pipeline
+ * path takes the node's GPU path as a job when every local rank passes device buffers
+ * (gpu_node_job: every local rank votes, decided from the agreed state and the message size,
+ * the same on every rank since MPI matches a non-blocking collective only with the same
+ * non-blocking collective); otherwise device buffers are reached through their kind's copies.
  */
 int twohop_comm_iallreduce(twohop_comm *c, const twohop_userbuf *in, const twohop_userbuf *out,
                            uint64_t count, const twohop_reduction *red, twohop_done_fn done,
