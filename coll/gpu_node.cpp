@@ -647,8 +647,9 @@ namespace {
  * gpu_node_job's job: gpu_node_allreduce's rounds as steps that never wait (job.h).
  *   start    s = ++seq; describe this rank's buffers; a rank that cannot take the GPU path
  *            publishes its descriptor and its "no" (vote_no) and runs the host path at once
+ *            (else the input synchronised: the legacy stream)
  *   free     peers done with call s - depth (they may still read this rank's staging buffer);
- *            then the input synchronised, staged if needed, the descriptor published
+ *            then the input staged if needed, the descriptor published
  *   desc     every local rank's descriptor of s published; this rank's vote published
  *   vote     every local rank voted; all yes: the kernel (node_kernel, which waits for this
  *            rank's GPU only) and `reduced`; a no: decline, the host path's job
@@ -669,6 +670,10 @@ class GpuNodeJob : public twohop::Job {
             ++steps_;
             s_ = ++c_->seq;
             describe(c_, in_, out_, red_, bytes(), &d_, &device_, &stage_in_, &stage_out_);
+            // The input: the application's work on the legacy stream, taken when the job
+            // starts (in the starting call unless calls are queued before it), not later in
+            // MPI progress, where it would also wait for work queued after the start.
+            if (d_.can && !cuda::sync_input(device_)) d_.can = 0;
             if (!d_.can) {
                 publish_desc(c_, d_, s_);
                 (void)vote_no(c_, s_);
@@ -686,8 +691,7 @@ class GpuNodeJob : public twohop::Job {
             ++steps_;
             const uint64_t b = bytes();
             char *send_stage = static_cast<char *>(c_->gpu_staging[d_.in_place ? 1 : 0].ptr);
-            if (!cuda::sync_input(device_)) d_.can = 0;
-            if (d_.can && stage_in_ && !cuda::copy(send_stage, in_.device, b)) d_.can = 0;
+            if (stage_in_ && !cuda::copy(send_stage, in_.device, b)) d_.can = 0;
             publish_desc(c_, d_, s_);
             if (!d_.can) {
                 (void)vote_no(c_, s_);

@@ -198,8 +198,8 @@ static void one_case(enum kind ks, enum kind kr, MPI_Datatype t, long n, bool in
         failures++;
     }
     /* Blocking calls take the GPU path at every size; non-blocking and persistent ones on the
-     * pipeline path only (at least 1 MiB is, whatever the parameters; smaller ones are not
-     * checked). */
+     * pipeline path only (1 MiB and more is, with the default segment and small-message sizes;
+     * smaller ones are not checked). */
     const bool checked = g_form == FORM_BLOCKING || bytes >= (1u << 20);
     const bool want_gpu = expect_gpu && dev_all && checked;
     if (expect_gpu && checked && (c1.gpu - c0.gpu) != (want_gpu ? 1u : 0u)) {

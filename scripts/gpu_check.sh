@@ -782,6 +782,9 @@ check np2_one_gpu_nonblocking 2 "" 0 --form nonblocking --expect-gpu
 check np2_one_gpu_persistent 2 "" 0 --form persistent --expect-gpu
 check np4_one_gpu_nonblocking 4 "" 0 --form nonblocking --expect-gpu
 check np4_one_gpu_persistent 4 "" 0 --form persistent --expect-gpu
+# The same with one kernel per rank's shard (no one-kernel mode), as on several GPUs.
+RUN_MCA=coll_twohop_gpu_one_kernel_max_bytes=0 \
+    check np4_one_gpu_nonblocking_shards 4 "" 0 --form nonblocking --expect-gpu
 check np4_rr2_one_gpu_nonblocking 4 rr:2 0 --form nonblocking
 check np4_rr2_one_gpu_persistent 4 rr:2 0 --form persistent
 # Single-rank communicators with device buffers (coll/self would memcpy them on the host).
