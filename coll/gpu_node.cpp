@@ -702,6 +702,19 @@ class GpuNodeJob : public twohop::Job {
         // fall through
         case kDesc: {
             int rc = twohop::test_all(c_, &RankFlags::desc_seq, s_);
+            if (rc == TWOHOP_PENDING) {
+                // A peer that runs call s on the host without a descriptor took the latency
+                // path: it passed another message size (an erroneous program), and would
+                // never publish one. (`arrived` is written after `desc_seq` by a peer that
+                // voted: read first, it orders the read of desc_seq after that write.)
+                for (int l = 0; l < c_->topo.local_size(); ++l) {
+                    const RankFlags &f = c_->shm.flags(l);
+                    if (f.arrived.load(std::memory_order_acquire) >= s_ &&
+                        f.desc_seq.load(std::memory_order_acquire) < s_) {
+                        return TWOHOP_ERR_MISMATCH;
+                    }
+                }
+            }
             if (rc != TWOHOP_OK) return rc;
             ++steps_;
             if ((rc = vote_publish(c_, d_, device_, s_, peer_, &one_device_)) != TWOHOP_OK) {
