@@ -826,7 +826,8 @@ void log_wake_ups(twohop_comm *c) {
         std::sort(spin.begin(), spin.end());
         std::sort(need.begin(), need.end());
         auto q = [](const std::vector<float> &v, double p) {
-            return static_cast<double>(v[static_cast<size_t>(p * static_cast<double>(v.size() - 1))]);
+            const double at = p * static_cast<double>(v.size() - 1);
+            return static_cast<double>(v[static_cast<size_t>(at)]);
         };
         char msg[400];
         std::snprintf(msg, sizeof(msg),

@@ -155,9 +155,9 @@ struct GpuHop1 {
     // made from the communicator's parameters at set-up.
     twohop::WakeLead wake[64];
     // Verbose >= 2: the same calls' measured wake-ups per size class, {lead, spin} in
-    // microseconds (the lead the call had: its predicted tail when that was shorter, i.e. woken
-    // at the last gate; spin < 0: woke that late), at most kWakeLogMax per class; summarised at the
-    // communicator's end (gpu_node_log_phases). One line per class, never per call: logging
+    // microseconds (the lead the call had: its predicted tail when that was shorter, i.e.
+    // woken at the last gate; spin < 0: woke that late), at most kWakeLogMax per class;
+    // summarised at the communicator's end (gpu_node_log_phases). One line per class, never per call: logging
     // every call through mpirun's output forwarding delays the calls it measures.
     static constexpr size_t kWakeLogMax = 65536;
     std::vector<std::array<float, 2>> wake_log[64];
