@@ -689,9 +689,7 @@ class GpuNodeJob : public twohop::Job {
                 if (rc != TWOHOP_OK) return rc;
             }
             ++steps_;
-            const uint64_t b = bytes();
-            char *send_stage = static_cast<char *>(c_->gpu_staging[d_.in_place ? 1 : 0].ptr);
-            if (stage_in_ && !cuda::copy(send_stage, in_.device, b)) d_.can = 0;
+            if (stage_in_ && !cuda::copy(send_stage(), in_.device, bytes())) d_.can = 0;
             publish_desc(c_, d_, s_);
             if (!d_.can) {
                 (void)vote_no(c_, s_);
@@ -735,11 +733,9 @@ class GpuNodeJob : public twohop::Job {
                 (void)decline(c_, s_);
                 return to_host();
             }
-            char *send_stage = static_cast<char *>(c_->gpu_staging[d_.in_place ? 1 : 0].ptr);
-            char *recv_stage = static_cast<char *>(c_->gpu_staging[1].ptr);
             if ((rc = node_kernel(c_, peer_, device_, one_device_,
-                                  stage_in_ ? send_stage : in_.device,
-                                  stage_out_ ? recv_stage : out_.device, count_, red_, s_,
+                                  stage_in_ ? send_stage() : in_.device,
+                                  stage_out_ ? recv_stage() : out_.device, count_, red_, s_,
                                   stage_in_, stage_out_)) != TWOHOP_OK) {
                 return rc;
             }
@@ -751,8 +747,7 @@ class GpuNodeJob : public twohop::Job {
             const int rc = twohop::test_all(c_, &RankFlags::reduced, s_);
             if (rc != TWOHOP_OK) return rc;
             ++steps_;
-            char *recv_stage = static_cast<char *>(c_->gpu_staging[1].ptr);
-            if (stage_out_ && !cuda::copy(out_.device, recv_stage, bytes())) {
+            if (stage_out_ && !cuda::copy(out_.device, recv_stage(), bytes())) {
                 return gpu_error(c_, "copying the result out of twohop's device staging on "
                                      "local rank", c_->topo.local_rank);
             }
@@ -775,6 +770,12 @@ class GpuNodeJob : public twohop::Job {
   private:
     enum State { kStart, kFree, kDesc, kVote, kReduced, kHost, kEnded };
     uint64_t bytes() const { return count_ * red_.item_bytes; }
+    /* twohop's device staging buffers (gpu_node_allreduce's: the send side is the receive
+     * buffer's when in place). */
+    char *send_stage() const {
+        return static_cast<char *>(c_->gpu_staging[d_.in_place ? 1 : 0].ptr);
+    }
+    char *recv_stage() const { return static_cast<char *>(c_->gpu_staging[1].ptr); }
     /* The node declined (sequence number given back): the host path's job runs the call. */
     int to_host() {
         host_ = twohop::make_job(c_, in_, out_, count_, red_);
