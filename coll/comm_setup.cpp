@@ -136,6 +136,10 @@ std::string validate(const twohop_params &p) {
         return "coll_twohop_posted_wake_spin_us " + std::to_string(p.posted_wake_spin_us) +
                " out of range 0..250";
     }
+    if (p.posted_wake_quantile < 0 || p.posted_wake_quantile > 99) {
+        return "coll_twohop_posted_wake_quantile " + std::to_string(p.posted_wake_quantile) +
+               " out of range 0..99";
+    }
     if (p.post_batch < 1 || p.post_batch > 64) {
         return "coll_twohop_post_batch " + std::to_string(p.post_batch) + " out of range 1..64";
     }
@@ -334,11 +338,13 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
     c->posted_wake_early = prm.posted_wake_early;
     c->posted_wake_lead_us = prm.posted_wake_lead_us;
     c->posted_wake_spin_us = prm.posted_wake_spin_us;
+    c->posted_wake_quantile = prm.posted_wake_quantile;
     { // every size class's wake lead (gpu_node.h), from these parameters
         const float start = static_cast<float>(std::max(prm.posted_wake_lead_us, 0));
         const float target = static_cast<float>(prm.posted_wake_spin_us);
         for (twohop::WakeLead &w : c->gpu_hop1.wake) {
-            w = twohop::WakeLead(start, target, 4.0f * std::max({start, 50.0f, target}));
+            w = twohop::WakeLead(start, target, 4.0f * std::max({start, 50.0f, target}),
+                                 prm.posted_wake_quantile);
         }
     }
     c->verbose = prm.verbose;

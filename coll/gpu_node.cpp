@@ -701,9 +701,9 @@ class GpuNodeJob : public twohop::Job {
         case kDesc: {
             int rc = twohop::test_all(c_, &RankFlags::desc_seq, s_);
             if (rc == TWOHOP_PENDING) {
-                // A peer that runs call s on the host without a descriptor took the latency
-                // path: it passed another message size (an erroneous program), and would
-                // never publish one. (`arrived` is written after `desc_seq` by a peer that
+                // A peer that runs call s on the host path without a descriptor (an
+                // erroneous program: another form or call on its side) would never publish
+                // one. (`arrived` is written after `desc_seq` by a peer that
                 // voted: read first, it orders the read of desc_seq after that write.)
                 for (int l = 0; l < c_->topo.local_size(); ++l) {
                     const RankFlags &f = c_->shm.flags(l);
@@ -1372,9 +1372,9 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
     // Proxy::run's `near`: the call's end is close. From the last finish gate (only hop 3 of
     // the last segments remains) plus the tail the previous call of this size class took,
     // less the class's wake lead (coll_twohop_posted_wake_lead_us to start with, adapted by
-    // coll_twohop_posted_wake_spin_us: wake_lead.h): the caller's wake-up overlaps the end,
-    // and it spins for what remains (about the target once the lead has settled; the tail is
-    // kernel work: tens to hundreds of microseconds).
+    // coll_twohop_posted_wake_quantile or _spin_us: wake_lead.h): the caller's wake-up
+    // overlaps the end, and it spins for what remains (the tail is kernel work: tens to
+    // hundreds of microseconds).
     std::atomic<bool> near{false};
     const int size_class = 63 - __builtin_clzll((count * red.item_bytes) | 1);
     const double predicted_tail = h.tail_us[size_class];
@@ -1451,12 +1451,12 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
                       t_woke != Clock::time_point{} && t_done != Clock::time_point{};
     if (woke) {
         spin = std::chrono::duration<double, std::micro>(t_done - t_woke).count();
+        // The lead it had: woken at the last gate when the lead covered the predicted tail.
+        const double had = wake_after > 0 ? lead : predicted_tail;
         if (c->verbose >= 2 && h.wake_log[size_class].size() < GpuHop1::kWakeLogMax) {
-            // The lead it had: woken at the last gate when the lead covered the predicted tail.
-            const double had = wake_after > 0 ? lead : predicted_tail;
             h.wake_log[size_class].push_back({static_cast<float>(had), static_cast<float>(spin)});
         }
-        wake.update(static_cast<float>(spin), wake_after > 0);
+        wake.update(static_cast<float>(spin), wake_after > 0, static_cast<float>(had));
     }
     if (timed) {
         const double cpu_end = twohop::thread_cpu_s();

@@ -151,8 +151,8 @@ struct GpuHop1 {
     // last call's last finish gate to its end (0: none yet); coll_twohop_posted_wake_lead_us
     // wakes the next call's calling thread that long before the end this predicts.
     float tail_us[64] = {};
-    // The same calls' wake lead per size class (wake_lead.h; coll_twohop_posted_wake_spin_us),
-    // made from the communicator's parameters at set-up.
+    // The same calls' wake lead per size class (wake_lead.h; coll_twohop_posted_wake_quantile,
+    // coll_twohop_posted_wake_spin_us), made from the communicator's parameters at set-up.
     twohop::WakeLead wake[64];
     // Verbose >= 2: the same calls' measured wake-ups per size class, {lead, spin} in
     // microseconds (the lead the call had: its predicted tail when that was shorter, i.e.

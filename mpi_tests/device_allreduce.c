@@ -16,8 +16,8 @@
  *          buffers. --form: every call as MPI_Iallreduce + MPI_Wait, or as a persistent
  *          allreduce (MPI_Allreduce_init / MPIX_Allreduce_init) started once; the counters of
  *          that form must move (coll_twohop_nonblocking_calls / _persistent_starts); with
- *          --expect-gpu calls of 1 MiB or more must take the GPU path in those forms too (the
- *          node's GPU path as a job on one node), smaller ones are not checked.
+ *          --expect-gpu the GPU path must serve those forms' calls alike (the node's GPU path
+ *          as a job on one node).
  *        device_allreduce self
  *          single-rank communicators (MPI_COMM_SELF, a split that leaves every rank alone) in
  *          the three forms, device/managed/pool/pinned buffers, in place and not, a vector
@@ -197,12 +197,9 @@ static void one_case(enum kind ks, enum kind kr, MPI_Datatype t, long n, bool in
                served, c1.fallback - c0.fallback);
         failures++;
     }
-    /* Blocking calls take the GPU path at every size; non-blocking and persistent ones on the
-     * pipeline path only (1 MiB and more is, with the default segment and small-message sizes;
-     * smaller ones are not checked). */
-    const bool checked = g_form == FORM_BLOCKING || bytes >= (1u << 20);
-    const bool want_gpu = expect_gpu && dev_all && checked;
-    if (expect_gpu && checked && (c1.gpu - c0.gpu) != (want_gpu ? 1u : 0u)) {
+    /* Every form takes the GPU path at every size. */
+    const bool want_gpu = expect_gpu && dev_all;
+    if (expect_gpu && (c1.gpu - c0.gpu) != (want_gpu ? 1u : 0u)) {
         printf("FAIL rank %d: send %s recv %s n=%ld: GPU path %s\n", rank,
                inplace ? "-" : kind_name[ks], kind_name[kr], n,
                want_gpu ? "not taken" : "taken unexpectedly");

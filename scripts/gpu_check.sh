@@ -47,10 +47,12 @@
 #          against device buffers (defaults), OSU-style, that size range.
 #   wake: the calling thread's wake lead of blocking GPU-posted calls: device_allreduce bench
 #          (WAKE_MIN..WAKE_MAX, x2 steps, default 1-8 MiB) CPU-posted, GPU-posted with an
-#          adaptive lead (coll_twohop_posted_wake_spin_us) and with a fixed one, in turn,
+#          adaptive lead (coll_twohop_posted_wake_quantile or _spin_us) and with a fixed one, in turn,
 #          WAKE_REPEAT times (default 2), 4 and 8 ranks (KNPS) on two virtual nodes over shared
 #          memory; a table of latency and calling-thread CPU against CPU-posted (medians over the
-#          repeats). WAKE_CFGS: "gpu_posted:posted_wake_spin_us" entries (default "0:0 1:10 1:0"). WAKE_VERBOSE=2:
+#          repeats). WAKE_CFGS: "gpu_posted:posted_wake_spin_us[:posted_wake_quantile]"
+#          entries (default "0:0 1:0:95 1:0": CPU-posted, the 95th-percentile lead, the fixed
+#          lead). WAKE_VERBOSE=2:
 #          the runs at verbose 2, and a table of each GPU-posted run's wake-ups (the lead each
 #          call would have needed, quantiles logged once per communicator).
 #   kdiag: where GPU-posted calls spend their time (verbose-3 host timestamps and the calling
@@ -74,7 +76,9 @@
 #          blocking osu_allreduce beside it); and the three forms of one allreduce in the same
 #          run (mpi_tests/forms_bench, host buffers, 8 and 16 ranks). OMB_TIMES=1 (with OMB_DIR):
 #          also the three forms timed by OSU on device buffers (osu_allreduce, osu_iallreduce,
-#          osu_allreduce_persistent -d cuda, 4 ranks, one node and two virtual nodes).
+#          osu_allreduce_persistent -d cuda, 4 ranks, one node and two virtual nodes;
+#          OMB_TIMES_VN: which of them, default "one rr:2"). FORMS_HOST=0: without the host
+#          timings (overlap table, forms_bench).
 #   firstrow: one node, 8 ranks on one GPU, the bench's first rows in five sweeps (the size,
 #          the buffers' size and the sweep's position changed one at a time).
 #   node8: one node, 8 and 4 ranks on one GPU, device buffers 8 B - 1 MiB (device_allreduce
@@ -446,25 +450,26 @@ if [[ $mode == wake ]]; then
     for np in ${KNPS:-4 8}; do
         rm -f "$out"/wake_np${np}_*.txt # only this run's files in the table
         for rep in $(seq "${WAKE_REPEAT:-2}"); do
-            for cfg in ${WAKE_CFGS:-0:0 1:10 1:0}; do
-                IFS=: read -r p ws <<<"$cfg"
+            for cfg in ${WAKE_CFGS:-0:0 1:0:95 1:0}; do
+                IFS=: read -r p ws q <<<"$cfg"
                 p=${p:-1}
                 ws=${ws:-10}
-                RUN_MCA="coll_twohop_gpu_posted=$p coll_twohop_posted_wake_spin_us=$ws${WAKE_VERBOSE:+ coll_twohop_verbose=$WAKE_VERBOSE}" \
+                q=${q:-0}
+                RUN_MCA="coll_twohop_gpu_posted=$p coll_twohop_posted_wake_spin_us=$ws coll_twohop_posted_wake_quantile=$q${WAKE_VERBOSE:+ coll_twohop_verbose=$WAKE_VERBOSE}" \
                     run $np rr:2 0 -- "${shm[@]}" "$build/mpi_tests/device_allreduce" bench \
                     --min "${WAKE_MIN:-1048576}" --step 2 --max "${WAKE_MAX:-8388608}" \
-                    >"$out/wake_np${np}_p${p}_ws${ws}_r$rep.txt" 2>&1 || status=1
+                    >"$out/wake_np${np}_p${p}_ws${ws}_q${q}_r$rep.txt" 2>&1 || status=1
             done
         done
         echo "== wake lead, $np ranks, 2 virtual nodes (shm): latency (us), ratio to CPU-posted, calling-thread CPU (us), CPU-posted CPU / this CPU (medians over ${WAKE_REPEAT:-2} repeats)"
-        python3 - "$out" "$np" ${WAKE_CFGS:-0:0 1:10 1:0} <<'PY' || status=1
+        python3 - "$out" "$np" ${WAKE_CFGS:-0:0 1:0:95 1:0} <<'PY' || status=1
 import glob, statistics as st, sys
 out, np, cfgs = sys.argv[1], sys.argv[2], sys.argv[3:]
 rows = {}  # cfg -> bytes -> [(us, cpu)]
 for cfg in cfgs:
-    p, _, ws = cfg.partition(":")
-    p, ws = p or "1", ws or "10"
-    for f in sorted(glob.glob(f"{out}/wake_np{np}_p{p}_ws{ws}_r*.txt")):
+    p, ws, q = (cfg.split(":") + ["", "", ""])[:3]
+    p, ws, q = p or "1", ws or "10", q or "0"
+    for f in sorted(glob.glob(f"{out}/wake_np{np}_p{p}_ws{ws}_q{q}_r*.txt")):
         for line in open(f, errors="replace"):
             v = line.split()
             if len(v) >= 6 and v[0].isdigit():
@@ -830,7 +835,8 @@ if [[ $mode == forms && -n ${OMB_DIR:-} && -n ${OMB_TIMES:-} ]]; then
     # (MPI_Start + MPI_Wait), 4 ranks on one node and on two virtual nodes (hop 2 over UCX
     # shared memory), MPI_FLOAT, 8 B - OMB_TIMES_MAX (default 16 MiB).
     shm=(bash -c 'OMPI_MCA_coll_twohop_vnode_shm_transport=1 exec "$@"' _)
-    for vn in "" rr:2; do
+    for vn in ${OMB_TIMES_VN:-one rr:2}; do
+        [[ $vn == one ]] && vn=""
         for b in osu_allreduce osu_iallreduce osu_allreduce_persistent; do
             [[ -x $OMB_DIR/$b ]] || continue
             run 4 "$vn" 0 -- "${shm[@]}" "$OMB_DIR/$b" -d cuda -T mpi_float \
@@ -860,7 +866,7 @@ PY
     done
 fi
 if [[ $mode == forms ]]; then
-    forms_timings
+    [[ ${FORMS_HOST:-1} == 0 ]] || forms_timings
     echo "================ gpu_check summary"
     printf '%s\n' "${summary[@]}"
     exit $status

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <ctime>
+#include <limits>
 #include <map>
 #include <pthread.h>
 #include <thread>
@@ -225,6 +226,70 @@ TEST(WakeLead, SettlesNearTheWakeUpLatencyPlusTheTarget) {
         EXPECT_EQ(late_sum, 0) << "latency " << latency;
         EXPECT_LT(spin_sum / 100, 11) << "latency " << latency;
     }
+}
+
+// The quantile controller (coll_twohop_posted_wake_quantile): the lead is the nearest-rank
+// percentile of the last kWindow needed leads (had - spin), the start lead until kMinSamples
+// calls, clamped to [0, max]; it takes precedence over the spin target.
+TEST(WakeLead, QuantileOfTheLastCallsNeededLeads) {
+    WakeLead w(50, 10, 200, 95);
+    // Needed leads 1..3: still the start lead (fewer than kMinSamples).
+    for (int i = 1; i < WakeLead::kMinSamples; ++i) {
+        EXPECT_FLOAT_EQ(w.update(50.0f - static_cast<float>(i), true, 50), 50) << i;
+    }
+    // The 4th: the 95th percentile of {1, 2, 3, 4} by nearest rank (ceil(3.8) = 4th) is 4.
+    EXPECT_FLOAT_EQ(w.update(46, true, 50), 4);
+    // Fill the window with needed leads 1..64 (had 100, spin 100 - k): p95 = the 61st smallest.
+    WakeLead f(50, 0, 200, 95);
+    for (int k = 1; k <= WakeLead::kWindow; ++k) f.update(100.0f - k, true, 100);
+    EXPECT_FLOAT_EQ(f.lead_us(), 61);
+    // Five late callers (negative spin) needed 100 - (-150) = 250 each: the window's 61st
+    // smallest is now one of them, clamped to the largest lead, 200.
+    for (int i = 0; i < 5; ++i) f.update(-150, true, 100);
+    EXPECT_FLOAT_EQ(f.lead_us(), 200);
+    // They leave the window after kWindow calls; woken at the last gate counts the same (had =
+    // the predicted tail), and needed leads below 0 clamp to 0.
+    for (int i = 0; i < WakeLead::kWindow; ++i) f.update(30, false, 20);
+    EXPECT_FLOAT_EQ(f.lead_us(), 0);
+    // Non-finite samples are ignored; quantiles outside 1..99 clamp.
+    f.update(std::numeric_limits<float>::quiet_NaN(), true, 10);
+    EXPECT_FLOAT_EQ(f.lead_us(), 0);
+    WakeLead hi(50, 0, 200, 1000);
+    for (int k = 1; k <= 10; ++k) hi.update(0, true, static_cast<float>(k));
+    EXPECT_FLOAT_EQ(hi.lead_us(), 10); // q 99 of 1..10: the 10th
+}
+
+// Against a host whose wake-ups come late by a spread (a stand-in with a fixed pseudo-random
+// sequence), the q = 95 controller wakes about 5 % of the calls late and spins less than a
+// lead fixed at that spread's top.
+TEST(WakeLead, QuantileControllerWakesAboutTheChosenShareLate) {
+    WakeLead w(50, 0, 200, 95);
+    uint32_t x = 12345;
+    auto latency = [&x]() { // 5..45 us, skewed toward the low end
+        x = x * 1664525u + 1013904223u;
+        const float u = static_cast<float>(x >> 8) / static_cast<float>(1u << 24);
+        return 5.0f + 40.0f * u * u;
+    };
+    int late = 0, calls = 0;
+    float spin_sum = 0, fixed_spin_sum = 0;
+    for (int call = 0; call < 2000; ++call) {
+        const float lead = w.lead_us();
+        const float lat = latency();
+        const float spin = lead - lat; // woken `lead` before the end, `lat` late
+        if (call >= 200) {
+            ++calls;
+            late += spin < 0;
+            spin_sum += spin > 0 ? spin : 0;
+            fixed_spin_sum += 45.0f - lat; // a lead fixed at the top: never late
+        }
+        w.update(spin, true, lead);
+    }
+    const double share = static_cast<double>(late) / calls;
+    EXPECT_GT(share, 0.01);
+    EXPECT_LT(share, 0.12);
+    EXPECT_LT(spin_sum, 0.95f * fixed_spin_sum);
+    // Near the latency's 95th percentile: 5 + 40 * 0.95^2 = 41.1 us.
+    EXPECT_NEAR(w.lead_us(), 41.1f, 4.0f);
 }
 
 // prewake() wakes an idle proxy for a bounded spin: it then sleeps again, and runs jobs.

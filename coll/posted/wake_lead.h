@@ -21,34 +21,57 @@
  *   - clamped to [0, max_us].
  * Each late wake-up costs its lateness once and raises the lead for the next call; with
  * jittery wake-ups the lead settles where a share of the calls still wakes late (measured:
- * 5-39 %, docs/perf.md "wake lead", hence off by default). Only when the calling thread wakes changes; what the rank does in
- * the protocol does not (docs/design.md, "The rule": rank-local timing decides no protocol
- * step).
+ * 5-39 %, docs/perf.md "wake lead").
+ *
+ * The quantile controller (coll_twohop_posted_wake_quantile = q > 0, which takes precedence
+ * over the spin target): after each call, `needed_us` = the lead that call would have needed to
+ * wake at its end = the lead it had minus its spin (the caller's wake-up latency plus the
+ * prediction's error; the same whether it was woken before the last gate's predicted tail or
+ * at the gate). The next lead is the q-th percentile of the last kWindow calls' needed leads
+ * (nearest rank: the ceil(q/100 * n)-th smallest of n), clamped to [0, max_us]; before
+ * kMinSamples calls it stays start_us. So about (100 - q) % of the calls wake late, by the
+ * distribution's tail beyond the q-th percentile, and the others spin the needed lead's
+ * distance below that percentile: at q = 95 on one H200 host (docs/perf.md, "wake-ups,
+ * recorded") about 25 us lead instead of 50. A burst of very late wake-ups (a disturbed host)
+ * raises the lead for at most kWindow calls after it.
+ *
+ * Only when the calling thread wakes changes; what the rank does in the protocol does not
+ * (docs/design.md, "The rule": rank-local timing decides no protocol step).
  */
 #ifndef TWOHOP_WAKE_LEAD_H
 #define TWOHOP_WAKE_LEAD_H
 
 #include <algorithm>
+#include <array>
+#include <cmath>
 
 namespace twohop {
 
 class WakeLead {
   public:
+    static constexpr int kWindow = 64;     // the quantile controller's calls remembered
+    static constexpr int kMinSamples = 4;  // its calls before the first adapted lead
+
     WakeLead() = default; // a fixed lead of 0 until assigned
     /* start_us: the first call's lead (coll_twohop_posted_wake_lead_us); target_us: the spin
      * aimed at (coll_twohop_posted_wake_spin_us; <= 0: the lead stays start_us); max_us: the
-     * largest lead (raised to start_us if below). All microseconds. */
-    WakeLead(float start_us, float target_us, float max_us)
-        : lead_(start_us), target_(target_us), max_(std::max(max_us, start_us)) {}
+     * largest lead (raised to start_us if below); quantile_pct: 1..99 selects the quantile
+     * controller (coll_twohop_posted_wake_quantile; 0: the spin target's, or fixed; values
+     * outside 0..99 are clamped to it). All times microseconds. */
+    WakeLead(float start_us, float target_us, float max_us, int quantile_pct = 0)
+        : lead_(start_us), target_(target_us), max_(std::max(max_us, start_us)),
+          quantile_(std::min(std::max(quantile_pct, 0), 99)) {}
 
     float lead_us() const { return lead_; }
 
     /* One call's outcome: spin_us = its end minus its caller's wake-up (microseconds, < 0 when
      * the caller woke after the end). could_wake_earlier: false when the lead already covered
      * the whole predicted tail (the caller was woken at the last gate, as early as it can be):
-     * then lateness does not raise the lead, which would only wind it up. Returns the next
-     * call's lead. */
-    float update(float spin_us, bool could_wake_earlier = true) {
+     * then lateness does not raise the spin target's lead, which would only wind it up.
+     * had_us: the lead this call had (the predicted tail when it was woken at the last gate);
+     * the quantile controller records had_us - spin_us. Returns the next call's lead. */
+    float update(float spin_us, bool could_wake_earlier = true, float had_us = 0) {
+        if (quantile_ > 0) return record(had_us - spin_us);
         if (target_ <= 0) return lead_;
         if (spin_us < 0) {
             if (!could_wake_earlier) return lead_;
@@ -61,7 +84,25 @@ class WakeLead {
     }
 
   private:
+    float record(float needed_us) {
+        if (!std::isfinite(needed_us)) return lead_;
+        window_[static_cast<size_t>(next_)] = needed_us;
+        next_ = (next_ + 1) % kWindow;
+        if (n_ < kWindow) ++n_;
+        if (n_ < kMinSamples) return lead_;
+        std::array<float, kWindow> v;
+        std::copy(window_.begin(), window_.begin() + n_, v.begin());
+        // Nearest rank: the ceil(q n / 100)-th smallest (1-based), in integers.
+        const int k = (quantile_ * n_ + 99) / 100 - 1;
+        std::nth_element(v.begin(), v.begin() + k, v.begin() + n_);
+        lead_ = std::min(std::max(v[static_cast<size_t>(k)], 0.0f), max_);
+        return lead_;
+    }
+
     float lead_ = 0, target_ = 0, max_ = 0;
+    int quantile_ = 0;
+    int n_ = 0, next_ = 0;               // samples held (<= kWindow), the next slot
+    std::array<float, kWindow> window_{}; // the last calls' needed leads, a ring
 };
 
 } // namespace twohop

@@ -427,13 +427,13 @@ extern "C" int twohop_comm_iallreduce(twohop_comm *c, const twohop_userbuf *in,
                                       void *ctx) {
     std::unique_ptr<twohop::Job> job;
     const bool latency = count > 0 && twohop::latency_path(c, count, red->item_bytes);
-    // One node that runs the GPU vote, a pipeline-path call: the node's GPU path as a job
-    // (gpu_node_job), which every local rank queues for the call whatever its buffers (the
-    // agreed gpu_round, the node count and the message size decide: the same on every rank).
-    // Latency-path calls keep the host path: no descriptor round is added to the small
-    // host-buffer calls (device buffers of a few KiB go through host copies instead, 1.4-1.6x
-    // the blocking call: docs/perf.md).
-    if (count > 0 && c->gpu_round && c->topo.n_nodes() == 1 && !latency) {
+    // One node that runs the GPU vote: the node's GPU path as a job (gpu_node_job), at every
+    // size as the blocking call (run_call), which every local rank queues for the call
+    // whatever its buffers (the agreed gpu_round and the node count decide: the same on every
+    // rank). A rank with host buffers publishes its descriptor and its "no" and runs the host
+    // path's job at once, as in the blocking call (small device buffers on the host path's
+    // copies took 1.3-1.5x the blocking call: docs/perf.md).
+    if (count > 0 && c->gpu_round && c->topo.n_nodes() == 1) {
         job = gpu_node_job(c, *in, *out, count, *red);
     } else if (count > 0) {
         job = twohop::make_job(c, *in, *out, count, *red);
