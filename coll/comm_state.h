@@ -136,7 +136,7 @@ struct twohop_comm {
     bool posted_wake_early = true;         // coll_twohop_posted_wake_early
     int posted_wake_lead_us = 50;          // coll_twohop_posted_wake_lead_us
     int posted_wake_spin_us = 0;           // coll_twohop_posted_wake_spin_us
-    int posted_wake_quantile = 0;          // coll_twohop_posted_wake_quantile
+    int posted_wake_quantile = 95;         // coll_twohop_posted_wake_quantile
     std::vector<const twohop::ucx::Endpoint *> rd_peers;
     std::vector<twohop::RdOp> rds;
     std::vector<char> scratch;             // one slot_bytes block per ring

@@ -23,8 +23,8 @@
  * jittery wake-ups the lead settles where a share of the calls still wakes late (measured:
  * 5-39 %, docs/perf.md "wake lead").
  *
- * The quantile controller (coll_twohop_posted_wake_quantile = q > 0, which takes precedence
- * over the spin target): after each call, `needed_us` = the lead that call would have needed to
+ * The quantile controller (coll_twohop_posted_wake_quantile = q > 0, 95 by default, which takes
+ * precedence over the spin target): after each call, `needed_us` = the lead that call would have needed to
  * wake at its end = the lead it had minus its spin (the caller's wake-up latency plus the
  * prediction's error; the same whether it was woken before the last gate's predicted tail or
  * at the gate). The next lead is the q-th percentile of the last kWindow calls' needed leads
