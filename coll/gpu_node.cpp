@@ -7,6 +7,7 @@
 #include <functional>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <string>
 #include <unistd.h>
 #include <vector>
@@ -715,7 +716,12 @@ class GpuNodeJob : public twohop::Job {
             }
             if (rc != TWOHOP_OK) return rc;
             ++steps_;
-            if ((rc = vote_publish(c_, d_, device_, s_, peer_, &one_device_)) != TWOHOP_OK) {
+            // The peers' descriptors (4 KB): only a rank that votes yes reads them, so a call
+            // on host buffers never allocates them.
+            if (!peer_) peer_.reset(new (std::nothrow) GpuDesc[TWOHOP_GPU_MAX_RANKS]);
+            if (!peer_) return TWOHOP_ERR_NO_MEMORY;
+            if ((rc = vote_publish(c_, d_, device_, s_, peer_.get(), &one_device_)) !=
+                TWOHOP_OK) {
                 return rc;
             }
             state_ = kVote;
@@ -733,7 +739,7 @@ class GpuNodeJob : public twohop::Job {
                 (void)decline(c_, s_);
                 return to_host();
             }
-            if ((rc = node_kernel(c_, peer_, device_, one_device_,
+            if ((rc = node_kernel(c_, peer_.get(), device_, one_device_,
                                   stage_in_ ? send_stage() : in_.device,
                                   stage_out_ ? recv_stage() : out_.device, count_, red_, s_,
                                   stage_in_, stage_out_)) != TWOHOP_OK) {
@@ -792,7 +798,7 @@ class GpuNodeJob : public twohop::Job {
     GpuDesc d_{};
     int device_ = -1;
     bool stage_in_ = false, stage_out_ = false, one_device_ = true;
-    GpuDesc peer_[TWOHOP_GPU_MAX_RANKS];
+    std::unique_ptr<GpuDesc[]> peer_; // the peers' descriptors, from the vote on
     std::unique_ptr<twohop::Job> host_;
     uint64_t host_base_ = 0;
 };
