@@ -179,9 +179,9 @@ typedef void (*twohop_done_fn)(void *ctx, int status, const char *why);
  * `done(ctx, ...)` reports the end. `in`, `out` (and what their ctx point to) and
  * red->user_ctx must stay valid until then; the structs themselves are copied. Returns
  * TWOHOP_OK when queued (done will be called), else TWOHOP_ERR_NO_MEMORY (done will not be).
- * Memory kinds: on a communicator of one node that runs the GPU vote, a call on the pipeline
- * path takes the node's GPU path as a job when every local rank passes device buffers
- * (gpu_node_job: every local rank votes, decided from the agreed state and the message size,
+ * Memory kinds: on a communicator of one node that runs the GPU vote, a call of any size
+ * takes the node's GPU path as a job when every local rank passes device buffers
+ * (gpu_node_job: every local rank votes, decided from the agreed state and the node count,
  * the same on every rank since MPI matches a non-blocking collective only with the same
  * non-blocking collective); otherwise device buffers are reached through their kind's copies.
  */

@@ -782,7 +782,7 @@ PY
 fi
 if [[ $mode == full || $mode == quick || $mode == forms ]]; then
 # The non-blocking and persistent forms: every kind, served by twohop (its form's counter); on
-# one node calls of 1 MiB or more on device buffers take the node's GPU path (as a job).
+# one node every call on device buffers takes the node's GPU path (as a job), checked at every size.
 check np2_one_gpu_nonblocking 2 "" 0 --form nonblocking --expect-gpu
 check np2_one_gpu_persistent 2 "" 0 --form persistent --expect-gpu
 check np4_one_gpu_nonblocking 4 "" 0 --form nonblocking --expect-gpu
