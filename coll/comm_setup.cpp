@@ -437,6 +437,13 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
         set_why(why, whylen, bad);
         return TWOHOP_ERR_BAD_PARAM;
     }
+    if (prm.posted_wake_spin_us > 0 && prm.posted_wake_quantile > 0 && a->rank == 0) {
+        c->host.log(1, ("coll_twohop_posted_wake_spin_us " +
+                        std::to_string(prm.posted_wake_spin_us) +
+                        " has no effect while coll_twohop_posted_wake_quantile is " +
+                        std::to_string(prm.posted_wake_quantile) + " (set that to 0 for the "
+                        "spin target)").c_str());
+    }
     std::vector<uint64_t> keys(a->size);
     for (int r = 0; r < a->size; ++r) keys[r] = info[r].node_key;
     c->topo = twohop::build_topology(keys, a->rank);

@@ -675,6 +675,10 @@ class GpuNodeJob : public twohop::Job {
             // starts (in the starting call unless calls are queued before it), not later in
             // MPI progress, where it would also wait for work queued after the start.
             if (d_.can && !cuda::sync_input(device_)) d_.can = 0;
+            // The peers' descriptors (4 KB): only a rank that may vote yes reads them, so a
+            // call on host buffers never allocates them; without them this rank votes no.
+            if (d_.can) peer_.reset(new (std::nothrow) GpuDesc[TWOHOP_GPU_MAX_RANKS]);
+            if (!peer_) d_.can = 0;
             if (!d_.can) {
                 publish_desc(c_, d_, s_);
                 (void)vote_no(c_, s_);
@@ -716,10 +720,6 @@ class GpuNodeJob : public twohop::Job {
             }
             if (rc != TWOHOP_OK) return rc;
             ++steps_;
-            // The peers' descriptors (4 KB): only a rank that votes yes reads them, so a call
-            // on host buffers never allocates them.
-            if (!peer_) peer_.reset(new (std::nothrow) GpuDesc[TWOHOP_GPU_MAX_RANKS]);
-            if (!peer_) return TWOHOP_ERR_NO_MEMORY;
             if ((rc = vote_publish(c_, d_, device_, s_, peer_.get(), &one_device_)) !=
                 TWOHOP_OK) {
                 return rc;
@@ -1387,7 +1387,7 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
     twohop::WakeLead &wake = h.wake[size_class];
     const double lead = wake.lead_us();
     const double wake_after = c->posted_wake_lead_us < 0 ? 0.0 : predicted_tail - lead;
-    Clock::time_point t_gate{}, t_done{}, t_woke{};
+    Clock::time_point t_gate{}, t_near{}, t_done{}, t_woke{};
     bool gate_seen = false;
     auto step = [&]() {
         if (enqueue_failed.load(std::memory_order_acquire)) return int(TWOHOP_ERR_TRANSPORT);
@@ -1400,6 +1400,7 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
             (wake_after <= 0 ||
              std::chrono::duration<double, std::micro>(Clock::now() - t_gate).count() >=
                  wake_after)) {
+            t_near = Clock::now();
             near.store(true, std::memory_order_release);
         }
         if (st != twohop::Proxy::kPending) t_done = Clock::now();
@@ -1457,8 +1458,14 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
                       t_woke != Clock::time_point{} && t_done != Clock::time_point{};
     if (woke) {
         spin = std::chrono::duration<double, std::micro>(t_done - t_woke).count();
-        // The lead it had: woken at the last gate when the lead covered the predicted tail.
-        const double had = wake_after > 0 ? lead : predicted_tail;
+        // The lead it had: the predicted tail less the time from the last gate to when the
+        // caller was signalled -- `near` (the lead, or the whole predicted tail when woken at
+        // the gate) or the end, when the tail ran shorter than predicted less the lead. Minus
+        // the spin, the lead it needed to wake at the end (wake_lead.h).
+        const Clock::time_point t_signal =
+            t_near != Clock::time_point{} && t_near < t_done ? t_near : t_done;
+        const double had =
+            predicted_tail - std::chrono::duration<double, std::micro>(t_signal - t_gate).count();
         if (c->verbose >= 2 && h.wake_log[size_class].size() < GpuHop1::kWakeLogMax) {
             h.wake_log[size_class].push_back({static_cast<float>(had), static_cast<float>(spin)});
         }

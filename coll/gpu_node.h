@@ -71,9 +71,9 @@ struct GpuPathClock {
  * gpu_node_allreduce as steps that never wait, then the kernel, or -- when the node declines
  * (a rank's buffers are host memory, not shareable, a user op) -- the host path's job
  * (make_job) for the same call. For communicators of one node that run the GPU vote
- * (twohop_comm::gpu_round) and calls on the pipeline path: every local rank must queue this
- * job for the call, whatever its memory kinds (the vote is the node's), so the caller decides
- * from the agreed state and the message size only (docs/design.md, "The rule"). A rank
+ * (twohop_comm::gpu_round), at every message size: every local rank must queue this job for
+ * the call, whatever its memory kinds (the vote is the node's), so the caller decides from
+ * the agreed state and the node count only (docs/design.md, "The rule"). A rank
  * whose buffers cannot take the GPU path votes no without waiting (vote_no). The job makes
  * CUDA calls only with device buffers, which the proxy thread never advances.
  */
@@ -155,10 +155,11 @@ struct GpuHop1 {
     // coll_twohop_posted_wake_spin_us), made from the communicator's parameters at set-up.
     twohop::WakeLead wake[64];
     // Verbose >= 2: the same calls' measured wake-ups per size class, {lead, spin} in
-    // microseconds (the lead the call had: its predicted tail when that was shorter, i.e.
-    // woken at the last gate; spin < 0: woke that late), at most kWakeLogMax per class;
-    // summarised at the communicator's end (gpu_node_log_phases). One line per class, never per call: logging
-    // every call through mpirun's output forwarding delays the calls it measures.
+    // microseconds (the lead the call had: its predicted tail less the time from the last
+    // gate to when its caller was signalled -- `near` or the end; spin < 0: woke that late),
+    // at most kWakeLogMax per class; summarised at the communicator's end
+    // (gpu_node_log_phases). One line per class, never per call: logging every call through
+    // mpirun's output forwarding delays the calls it measures.
     static constexpr size_t kWakeLogMax = 65536;
     std::vector<std::array<float, 2>> wake_log[64];
     /* Waits (spinning) until the work enqueued on twohop's own stream has completed. */

@@ -251,9 +251,18 @@ TEST(WakeLead, QuantileOfTheLastCallsNeededLeads) {
     // the predicted tail), and needed leads below 0 clamp to 0.
     for (int i = 0; i < WakeLead::kWindow; ++i) f.update(30, false, 20);
     EXPECT_FLOAT_EQ(f.lead_us(), 0);
-    // Non-finite samples are ignored; quantiles outside 1..99 clamp.
-    f.update(std::numeric_limits<float>::quiet_NaN(), true, 10);
-    EXPECT_FLOAT_EQ(f.lead_us(), 0);
+    // Nearest rank where q n / 100 is whole: 20 samples 1..20, the 19th smallest (not the 20th).
+    WakeLead twenty(50, 0, 200, 95);
+    for (int k = 1; k <= 20; ++k) twenty.update(0, true, static_cast<float>(k));
+    EXPECT_FLOAT_EQ(twenty.lead_us(), 19);
+    // Non-finite samples are ignored (not counted: three finite ones keep the start lead);
+    // quantiles outside 1..99 clamp.
+    WakeLead nan(50, 0, 200, 95);
+    for (int k = 1; k <= 3; ++k) nan.update(0, true, static_cast<float>(k));
+    nan.update(std::numeric_limits<float>::quiet_NaN(), true, 10);
+    nan.update(0, true, std::numeric_limits<float>::infinity());
+    EXPECT_FLOAT_EQ(nan.lead_us(), 50);
+    EXPECT_FLOAT_EQ(nan.update(0, true, 4), 4);
     WakeLead hi(50, 0, 200, 1000);
     for (int k = 1; k <= 10; ++k) hi.update(0, true, static_cast<float>(k));
     EXPECT_FLOAT_EQ(hi.lead_us(), 10); // q 99 of 1..10: the 10th

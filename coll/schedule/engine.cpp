@@ -450,7 +450,9 @@ extern "C" int twohop_comm_iallreduce(twohop_comm *c, const twohop_userbuf *in,
     //   whose peers are there complete inside the start) and wakes the proxy only where other
     //   ranks then wait for this one: the node leader's hop 2. Once a rank's input is
     //   published, its node peers read it without it, so the rest waits for MPI_Wait/MPI_Test
-    //   (the proxy still advances it while it runs for other calls).
+    //   (the proxy still advances it while it runs for other calls). Not so for the node GPU
+    //   job on device buffers: every local rank's steps (vote, kernel, `reduced`) run on its
+    //   own MPI threads, so peers wait for a rank that computes until it enters MPI again.
     const bool first_pass =
         !async_ok || latency || count * red->item_bytes < c->async_start_bytes;
     const bool wake_proxy = !latency || (c->topo.n_nodes() > 1 && c->topo.local_rank == 0);
