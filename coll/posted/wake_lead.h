@@ -23,17 +23,20 @@
  * jittery wake-ups the lead settles where a share of the calls still wakes late (measured:
  * 5-39 %, docs/perf.md "wake lead").
  *
- * The quantile controller (coll_twohop_posted_wake_quantile = q > 0, 95 by default, which takes
- * precedence over the spin target): after each call, `needed_us` = the lead that call would have needed to
- * wake at its end = the lead it had minus its spin (the caller's wake-up latency plus the
- * prediction's error; the same whether it was woken before the last gate's predicted tail or
- * at the gate). The next lead is the q-th percentile of the last kWindow calls' needed leads
- * (nearest rank: the ceil(q/100 * n)-th smallest of n), clamped to [0, max_us]; before
- * kMinSamples calls it stays start_us. So about (100 - q) % of the calls wake late, by the
- * distribution's tail beyond the q-th percentile, and the others spin the needed lead's
- * distance below that percentile: at q = 95 on one H200 host (docs/perf.md, "wake-ups,
- * recorded") about 25 us lead instead of 50. A burst of very late wake-ups (a disturbed host)
- * raises the lead for at most kWindow calls after it.
+ * The quantile controller (coll_twohop_posted_wake_quantile = q > 0, 95 by default, which
+ * takes precedence over the spin target): after each call, `needed_us` = the lead that call
+ * would have needed to wake at its end = the lead it had minus its spin (the caller's wake-up
+ * latency plus the prediction's error). The lead it had is the predicted tail less the time
+ * from the last gate to when its caller was signalled: woken at the lead, at the gate (the
+ * whole predicted tail) or at the end (a tail shorter than predicted less the lead; the
+ * caller computes it: gpu_node.cpp, gpu_posted_pipeline). The next lead is the q-th
+ * percentile of the last kWindow calls' needed leads (nearest rank: the ceil(q/100 * n)-th
+ * smallest of n), clamped to [0, max_us]; before kMinSamples calls it stays start_us. So
+ * about (100 - q) % of the calls wake late, by the distribution's tail beyond the q-th
+ * percentile, and the others spin the needed lead's distance below that percentile: at
+ * q = 95 on one H200 host (docs/perf.md, "The wake lead at the 95th percentile") the calling
+ * thread's CPU at 1 MiB fell from 3.4-4.3x to 4.3-7.9x below CPU-posted. A burst of very
+ * late wake-ups (a disturbed host) raises the lead for at most kWindow calls after it.
  *
  * Only when the calling thread wakes changes; what the rank does in the protocol does not
  * (docs/design.md, "The rule": rank-local timing decides no protocol step).
@@ -68,8 +71,9 @@ class WakeLead {
      * the caller woke after the end). could_wake_earlier: false when the lead already covered
      * the whole predicted tail (the caller was woken at the last gate, as early as it can be):
      * then lateness does not raise the spin target's lead, which would only wind it up.
-     * had_us: the lead this call had (the predicted tail when it was woken at the last gate);
-     * the quantile controller records had_us - spin_us. Returns the next call's lead. */
+     * had_us: the lead this call had (the predicted tail less the time from the last gate to
+     * when its caller was signalled); the quantile controller records had_us - spin_us.
+     * Returns the next call's lead. */
     float update(float spin_us, bool could_wake_earlier = true, float had_us = 0) {
         if (quantile_ > 0) return record(had_us - spin_us);
         if (target_ <= 0) return lead_;
