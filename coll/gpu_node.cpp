@@ -1462,10 +1462,12 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
         // caller was signalled -- `near` (the lead, or the whole predicted tail when woken at
         // the gate) or the end, when the tail ran shorter than predicted less the lead. Minus
         // the spin, the lead it needed to wake at the end (wake_lead.h).
-        const Clock::time_point t_signal =
-            t_near != Clock::time_point{} && t_near < t_done ? t_near : t_done;
-        const double had =
-            predicted_tail - std::chrono::duration<double, std::micro>(t_signal - t_gate).count();
+        auto after_gate = [&t_gate](Clock::time_point t) {
+            return std::chrono::duration<double, std::micro>(t - t_gate).count();
+        };
+        const double had = twohop::lead_had_us(
+            predicted_tail, t_near != Clock::time_point{} ? after_gate(t_near) : -1.0,
+            after_gate(t_done));
         if (c->verbose >= 2 && h.wake_log[size_class].size() < GpuHop1::kWakeLogMax) {
             h.wake_log[size_class].push_back({static_cast<float>(had), static_cast<float>(spin)});
         }

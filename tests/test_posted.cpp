@@ -268,6 +268,21 @@ TEST(WakeLead, QuantileOfTheLastCallsNeededLeads) {
     EXPECT_FLOAT_EQ(hi.lead_us(), 10); // q 99 of 1..10: the 10th
 }
 
+// The lead a call had (lead_had_us): from when its caller was signalled -- `near` a lead
+// before the predicted end, `near` at the gate, or the end when the tail ran short.
+TEST(WakeLead, LeadHadCountsFromWhenTheCallerWasSignalled) {
+    EXPECT_DOUBLE_EQ(twohop::lead_had_us(100, 80, 120), 20);  // near at tail - lead (20)
+    EXPECT_DOUBLE_EQ(twohop::lead_had_us(100, 0, 120), 100);  // near at the gate
+    EXPECT_DOUBLE_EQ(twohop::lead_had_us(100, -1, 50), 50);   // never near: the end, 50 in
+    EXPECT_DOUBLE_EQ(twohop::lead_had_us(100, 70, 60), 40);   // near after the end: the end
+    // Minus the spin: calls that ended 40 us after the gate (100 predicted), before `near`,
+    // whose callers then woke 5 late, needed 100 - 40 + 5 = 65.
+    WakeLead w(50, 0, 200, 95);
+    const float had = static_cast<float>(twohop::lead_had_us(100, -1, 40));
+    for (int i = 0; i < 4; ++i) w.update(-5, true, had);
+    EXPECT_FLOAT_EQ(w.lead_us(), 65);
+}
+
 // Against a host whose wake-ups come late by a spread (a stand-in with a fixed pseudo-random
 // sequence), the q = 95 controller wakes about 5 % of the calls late and spins less than a
 // lead fixed at that spread's top.

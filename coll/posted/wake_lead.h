@@ -50,6 +50,20 @@
 
 namespace twohop {
 
+/*
+ * The lead a blocking GPU-posted call had, microseconds: its predicted tail less the time from
+ * its last finish gate to when its calling thread was signalled -- `near` (near_after_gate_us;
+ * < 0: never set) or the call's end (end_after_gate_us) when that came first. Woken at `near`
+ * set a lead before the predicted end this is about that lead; at the gate, the whole
+ * predicted tail; at the end, the predicted tail less the tail taken. Minus the call's spin:
+ * the lead it needed (WakeLead::update's had_us).
+ */
+inline double lead_had_us(double predicted_tail_us, double near_after_gate_us,
+                          double end_after_gate_us) {
+    const bool near_first = near_after_gate_us >= 0 && near_after_gate_us < end_after_gate_us;
+    return predicted_tail_us - (near_first ? near_after_gate_us : end_after_gate_us);
+}
+
 class WakeLead {
   public:
     static constexpr int kWindow = 64;     // the quantile controller's calls remembered
