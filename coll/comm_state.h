@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "coarse_clock.h"
 #include "gpu_node.h"
 #include "memory_kind.h"
 #include "node_shm.h"
@@ -148,7 +149,7 @@ struct twohop_comm {
     bool quarantined = false;              // UCX may still own ring buffers: never unmap
     double timeout_s = 0;                  // coll_twohop_timeout (0 = none)
     std::vector<int64_t> local_pids;       // [local rank] pid, or 0 when not checkable
-    std::chrono::steady_clock::time_point next_liveness{};
+    twohop::CoarseClock::time_point next_liveness{};
     // Abort messages between rail neighbours (>1 node): a rank whose call failed tells its
     // neighbours, which fail too and tell theirs, so no rank of the communicator waits forever
     // for one that gave up. One receive is posted for the communicator's life.

@@ -140,7 +140,7 @@ int advance_queue(twohop_comm *c, bool *pending, bool async_only = false,
         if (!q->started && async_only && q->job && c->gpu_hop1.enq_pending) break;
         if (!q->started) {
             q->started = true;
-            q->since = Clock::now();
+            q->since = CoarseClock::now();
             if (c->poisoned != TWOHOP_OK) {
                 rc = TWOHOP_ERR_POISONED;
             } else if (q->job) {
@@ -167,9 +167,9 @@ int advance_queue(twohop_comm *c, bool *pending, bool async_only = false,
             if (moved && q->job->steps() != steps_before) *moved = true;
             if (q->job->steps() != q->steps_seen || q->job->waiting_on_application()) {
                 q->steps_seen = q->job->steps();
-                q->since = Clock::now();
+                q->since = CoarseClock::now();
             } else if (c->timeout_s > 0 &&
-                       std::chrono::duration<double>(Clock::now() - q->since).count() >
+                       std::chrono::duration<double>(CoarseClock::now() - q->since).count() >
                            c->timeout_s) {
                 finish_head(c, TWOHOP_ERR_TIMEOUT);
                 if (moved) *moved = true;

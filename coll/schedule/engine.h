@@ -39,6 +39,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "coarse_clock.h"
 #include "comm_state.h"
 #include "fp_env.h"
 #include "job.h"
@@ -57,7 +58,7 @@ struct QueuedCall {
     bool lazy = false;          // counted in twohop_comm::lazy_jobs until it finishes
     int result = TWOHOP_OK;     // final status once in twohop_comm::completed
     uint64_t steps_seen = 0;    // job->steps() at the last check (timeouts)
-    std::chrono::steady_clock::time_point since{};
+    CoarseClock::time_point since{}; // last step (coll_twohop_timeout; coarse_clock.h)
     FpEnv env = FpEnv::current(); // the starting thread's, in place around every step (fp_env.h)
 };
 
