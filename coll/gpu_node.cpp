@@ -739,6 +739,7 @@ class GpuNodeJob : public twohop::Job {
                 (void)decline(c_, s_);
                 return to_host();
             }
+            if (c_->topo.n_nodes() > 1) return to_gpu_pipeline();
             if ((rc = node_kernel(c_, peer_.get(), device_, one_device_,
                                   stage_in_ ? send_stage() : in_.device,
                                   stage_out_ ? recv_stage() : out_.device, count_, red_, s_,
@@ -767,14 +768,29 @@ class GpuNodeJob : public twohop::Job {
             steps_ = host_base_ + host_->steps();
             return rc;
         }
+        case kGpuPipeline: {
+            const int rc = host_->advance();
+            steps_ = host_base_ + host_->steps();
+            if (rc == TWOHOP_PENDING) return rc;
+            if (rc == TWOHOP_OK) gpu_hop1_done();
+            end_gpu_pipeline(rc != TWOHOP_OK);
+            state_ = kEnded;
+            return rc;
+        }
         case kEnded:
             break;
         }
         return TWOHOP_OK;
     }
 
+    ~GpuNodeJob() override {
+        // Ended early (a failure elsewhere, the communicator's teardown): the pipeline's GPU
+        // work must end before its buffers may be reused.
+        if (state_ == kGpuPipeline) end_gpu_pipeline(true);
+    }
+
   private:
-    enum State { kStart, kFree, kDesc, kVote, kReduced, kHost, kEnded };
+    enum State { kStart, kFree, kDesc, kVote, kReduced, kHost, kGpuPipeline, kEnded };
     uint64_t bytes() const { return count_ * red_.item_bytes; }
     /* twohop's device staging buffers (gpu_node_allreduce's: the send side is the receive
      * buffer's when in place). */
@@ -788,6 +804,33 @@ class GpuNodeJob : public twohop::Job {
         host_base_ = steps_;
         state_ = kHost;
         return advance();
+    }
+    /*
+     * Several nodes, every local rank voted yes: the pipeline with hop 1 and hop 3 on the GPU
+     * (activate_hop1; PipelineJob polls twohop's stream, never waits for it), CPU-posted as
+     * the blocking call with coll_twohop_gpu_posted 0 -- the GPU-posted form's calling thread
+     * enqueues more as results arrive, which a job advanced by MPI progress cannot. Hop 3
+     * gathers on the GPU wherever the blocking CPU-posted call does (every local rank reads
+     * the same descriptors and parameters). The round's sequence number is given back: the
+     * pipeline runs the call from it, as on the ranks of nodes that declined. Only the oldest
+     * call of the communicator runs (engine.cpp), so the communicator's per-call GPU state
+     * (GpuHop1::active, in[], out[]) is this job's until end_gpu_pipeline.
+     */
+    int to_gpu_pipeline() {
+        const int rc = activate_hop1(c_, peer_.get(), device_, one_device_,
+                                     stage_in_ ? send_stage() : in_.device, out_.device, true);
+        if (rc != TWOHOP_OK) return rc;
+        (void)decline(c_, s_);
+        host_ = twohop::make_job(c_, in_, out_, count_, red_);
+        host_base_ = steps_;
+        state_ = kGpuPipeline;
+        return advance();
+    }
+    /* The pipeline ended (or the job is dropped): on failure twohop's stream drained first. */
+    void end_gpu_pipeline(bool failed) {
+        if (failed) c_->gpu_hop1.settle();
+        c_->gpu_hop1.active = false;
+        c_->gpu_hop1.gather = false;
     }
     twohop_comm *c_;
     const twohop_userbuf in_, out_;

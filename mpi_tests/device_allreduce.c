@@ -17,7 +17,9 @@
  *          allreduce (MPI_Allreduce_init / MPIX_Allreduce_init) started once; the counters of
  *          that form must move (coll_twohop_nonblocking_calls / _persistent_starts); with
  *          --expect-gpu the GPU path must serve those forms' calls alike (the node's GPU path
- *          as a job on one node).
+ *          as a job on one node); --expect-hop1 (several nodes): device-to-device cases of
+ *          64 KiB or more run hop 1 and hop 3 on the GPU (coll_twohop_gpu_hop1_calls), in
+ *          every form.
  *        device_allreduce self
  *          single-rank communicators (MPI_COMM_SELF, a split that leaves every rank alone) in
  *          the three forms, device/managed/pool/pinned buffers, in place and not, a vector
@@ -82,6 +84,7 @@ static int allreduce_form(const void *s, void *r, int n, MPI_Datatype t, MPI_Op 
 
 static int rank, size, failures;
 static bool expect_gpu; /* --expect-gpu: device-to-device cases on one node take the GPU path */
+static bool expect_hop1; /* --expect-hop1: the same on several nodes from 64 KiB: GPU hop 1 */
 static int g_shift;     /* elements the buffers start after their allocation (alignment cases) */
 static struct twohop_pvars pv;
 static cudaMemPool_t custom_pool;
@@ -203,6 +206,15 @@ static void one_case(enum kind ks, enum kind kr, MPI_Datatype t, long n, bool in
         printf("FAIL rank %d: send %s recv %s n=%ld: GPU path %s\n", rank,
                inplace ? "-" : kind_name[ks], kind_name[kr], n,
                want_gpu ? "not taken" : "taken unexpectedly");
+        failures++;
+    }
+    /* Several nodes: the pipeline's hop 1 and hop 3 on the GPU where every rank passes device
+     * memory (from 64 KiB: smaller calls may take the latency path, on the host). Where some
+     * rank does not, a node whose ranks all do may still take it (the vote is the node's, and
+     * virtual nodes are not visible here): not checked. */
+    if (expect_hop1 && dev_all && bytes >= 65536 && c1.gpu_hop1 - c0.gpu_hop1 != 1u) {
+        printf("FAIL rank %d: send %s recv %s n=%ld: GPU hop 1 not taken\n", rank,
+               inplace ? "-" : kind_name[ks], kind_name[kr], n);
         failures++;
     }
     if (!inplace) free_kind(ks, sbase);
@@ -465,6 +477,7 @@ int main(int argc, char **argv) {
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--expect-twohop")) expect = true;
         else if (!strcmp(argv[i], "--expect-gpu")) expect_gpu = true;
+        else if (!strcmp(argv[i], "--expect-hop1")) expect_hop1 = true;
         else if (!strcmp(argv[i], "--stage")) stage = true;
         else if (!strcmp(argv[i], "--pinned")) pinned = true;
         else if (!strcmp(argv[i], "--max") && i + 1 < argc) max_bytes = strtoull(argv[++i], NULL, 0);

@@ -790,8 +790,9 @@ check np4_one_gpu_persistent 4 "" 0 --form persistent --expect-gpu
 # The same with one kernel per rank's shard (no one-kernel mode), as on several GPUs.
 RUN_MCA=coll_twohop_gpu_one_kernel_max_bytes=0 \
     check np4_one_gpu_nonblocking_shards 4 "" 0 --form nonblocking --expect-gpu
-check np4_rr2_one_gpu_nonblocking 4 rr:2 0 --form nonblocking
-check np4_rr2_one_gpu_persistent 4 rr:2 0 --form persistent
+# Two virtual nodes: from 64 KiB the node's GPU vote as a job, then hop 1 and hop 3 on the GPU.
+check np4_rr2_one_gpu_nonblocking 4 rr:2 0 --form nonblocking --expect-hop1
+check np4_rr2_one_gpu_persistent 4 rr:2 0 --form persistent --expect-hop1
 # Single-rank communicators with device buffers (coll/self would memcpy them on the host).
 for np in 1 2; do
     t0=$SECONDS
@@ -874,8 +875,8 @@ fi
 if [[ $mode == full || $mode == quick ]]; then
 check np2_one_gpu 2 "" 0 --expect-gpu
 check np4_one_gpu 4 "" 0 --expect-gpu
-check np4_rr2_one_gpu 4 rr:2 0
-RUN_MCA=coll_twohop_gpu_posted=0 check np4_rr2_one_gpu_cpuposted 4 rr:2 0
+check np4_rr2_one_gpu 4 rr:2 0 --expect-hop1
+RUN_MCA=coll_twohop_gpu_posted=0 check np4_rr2_one_gpu_cpuposted 4 rr:2 0 --expect-hop1
 if ((ngpu >= 2)); then
     check np2_two_gpus 2 "" 0,1 --expect-gpu
     check np4_two_gpus 4 "" 0,1 --expect-gpu

@@ -427,13 +427,15 @@ extern "C" int twohop_comm_iallreduce(twohop_comm *c, const twohop_userbuf *in,
                                       void *ctx) {
     std::unique_ptr<twohop::Job> job;
     const bool latency = count > 0 && twohop::latency_path(c, count, red->item_bytes);
-    // One node that runs the GPU vote: the node's GPU path as a job (gpu_node_job), at every
-    // size as the blocking call (run_call), which every local rank queues for the call
-    // whatever its buffers (the agreed gpu_round and the node count decide: the same on every
-    // rank). A rank with host buffers publishes its descriptor and its "no" and runs the host
-    // path's job at once, as in the blocking call (small device buffers on the host path's
-    // copies took 1.3-1.5x the blocking call: docs/perf.md).
-    if (count > 0 && c->gpu_round && c->topo.n_nodes() == 1) {
+    // A communicator that runs the GPU vote: the node's GPU vote as a job (gpu_node_job) where
+    // the blocking call (run_call) votes -- one node at every size; several nodes on the
+    // pipeline path, where the node's yes runs hop 1 and hop 3 on the GPU. Every local rank
+    // queues it for the call whatever its buffers (the agreed gpu_round, the node count and
+    // the message size decide: the same on every rank). A rank with host buffers publishes its
+    // descriptor and its "no" and runs the host path's job at once, as in the blocking call
+    // (device buffers on the host path's copies took 1.3-1.5x the blocking call on one node
+    // below 4 KiB, 1.04-3.7x on two virtual nodes from 8 KiB: docs/perf.md).
+    if (count > 0 && c->gpu_round && (c->topo.n_nodes() == 1 || !latency)) {
         job = gpu_node_job(c, *in, *out, count, *red);
     } else if (count > 0) {
         job = twohop::make_job(c, *in, *out, count, *red);
