@@ -162,7 +162,16 @@ struct GpuHop1 {
     // mpirun's output forwarding delays the calls it measures.
     static constexpr size_t kWakeLogMax = 65536;
     std::vector<std::array<float, 2>> wake_log[64];
-    /* Waits (spinning) until the work enqueued on twohop's own stream has completed. */
+    // GPU-posted non-blocking and persistent calls (gpu_node_job): the communicator's own
+    // stream (created on first use, on job_stream_device), so that a call kernel that waits for
+    // this communicator's hop 2 never holds up another communicator's GPU work (twohop's
+    // stream is the process's: calls on two communicators may be started in different orders
+    // on different ranks); job_pending: a call kernel was launched there and not seen to end.
+    void *job_stream = nullptr;
+    int job_stream_device = -1;
+    bool job_pending = false;
+    /* Waits (spinning) until the work enqueued on twohop's own stream and on the
+     * communicator's job stream has completed. */
     void settle();
     /* settle(), then drops the segment's registration with the driver (before the segment is
      * handed to another communicator or unmapped). */

@@ -19,7 +19,15 @@
  *          --expect-gpu the GPU path must serve those forms' calls alike (the node's GPU path
  *          as a job on one node); --expect-hop1 (several nodes): device-to-device cases of
  *          64 KiB or more run hop 1 and hop 3 on the GPU (coll_twohop_gpu_hop1_calls), in
- *          every form.
+ *          every form; --expect-posted: those cases GPU-posted too
+ *          (coll_twohop_gpu_posted_calls).
+ *        device_allreduce cross [--sync]
+ *          two duplicates of MPI_COMM_WORLD, MPI_Iallreduce on device buffers started on both
+ *          in opposite orders on even and odd ranks, then MPI_Waitall (legal for non-blocking
+ *          collectives): GPU work of one communicator that waits for its hop 2 must never hold
+ *          up the other's. --sync: cudaDeviceSynchronize between the starts and the wait (a
+ *          kernel waiting for its hop 2 must end without the application's MPI calls). 4 and
+ *          1 MiB of floats and 300001 ints, 3 rounds, exact results.
  *        device_allreduce self
  *          single-rank communicators (MPI_COMM_SELF, a split that leaves every rank alone) in
  *          the three forms, device/managed/pool/pinned buffers, in place and not, a vector
@@ -85,6 +93,7 @@ static int allreduce_form(const void *s, void *r, int n, MPI_Datatype t, MPI_Op 
 static int rank, size, failures;
 static bool expect_gpu; /* --expect-gpu: device-to-device cases on one node take the GPU path */
 static bool expect_hop1; /* --expect-hop1: the same on several nodes from 64 KiB: GPU hop 1 */
+static bool expect_posted; /* --expect-posted: and GPU-posted (coll_twohop_gpu_posted_calls) */
 static int g_shift;     /* elements the buffers start after their allocation (alignment cases) */
 static struct twohop_pvars pv;
 static cudaMemPool_t custom_pool;
@@ -217,6 +226,11 @@ static void one_case(enum kind ks, enum kind kr, MPI_Datatype t, long n, bool in
                inplace ? "-" : kind_name[ks], kind_name[kr], n);
         failures++;
     }
+    if (expect_posted && dev_all && bytes >= 65536 && c1.posted - c0.posted != 1u) {
+        printf("FAIL rank %d: send %s recv %s n=%ld: not GPU-posted\n", rank,
+               inplace ? "-" : kind_name[ks], kind_name[kr], n);
+        failures++;
+    }
     if (!inplace) free_kind(ks, sbase);
     free_kind(kr, rbase);
     free(h);
@@ -280,6 +294,82 @@ static void user_sum(void *in, void *inout, int *len, MPI_Datatype *t) {
 }
 
 /* Single-rank communicators in every form and memory kind (usage: mode self). */
+static int check_cross(bool sync) {
+    MPI_Comm comm[2];
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm[0]);
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm[1]);
+    const long counts[] = {1l << 20, 1l << 18, 300001};
+    const MPI_Datatype types[] = {MPI_FLOAT, MPI_FLOAT, MPI_INT};
+    int bad_total = 0;
+    const struct twohop_counts c0 = twohop_pvars_read(&pv);
+    for (int c = 0; c < 3; c++) {
+        for (int round = 0; round < 3; round++) {
+            const long n = counts[c];
+            const size_t es = types[c] == MPI_INT ? sizeof(int) : sizeof(float);
+            void *sb[2], *rb[2];
+            char *h = malloc(n * es);
+            MPI_Request req[2];
+            for (int k = 0; k < 2; k++) {
+                for (long i = 0; i < n; i++) {
+                    const int v = val_t(types[c], rank, i, round + 7 * k);
+                    if (types[c] == MPI_INT) ((int *)h)[i] = v;
+                    else ((float *)h)[i] = (float)v;
+                }
+                CK(cudaMalloc(&sb[k], n * es));
+                CK(cudaMalloc(&rb[k], n * es));
+                CK(cudaMemcpy(sb[k], h, n * es, cudaMemcpyHostToDevice));
+                CK(cudaMemset(rb[k], 0x7F, n * es));
+            }
+            for (int j = 0; j < 2; j++) {
+                const int k = rank % 2 == 0 ? j : 1 - j;
+                if (MPI_Iallreduce(sb[k], rb[k], (int)n, types[c], MPI_SUM, comm[k], &req[k]) !=
+                    MPI_SUCCESS) {
+                    printf("FAIL rank %d: cross: MPI_Iallreduce failed\n", rank);
+                    MPI_Abort(MPI_COMM_WORLD, 4);
+                }
+            }
+            if (sync) CK(cudaDeviceSynchronize());
+            const int rc = MPI_Waitall(2, req, MPI_STATUSES_IGNORE);
+            long bad = 0;
+            for (int k = 0; k < 2; k++) {
+                CK(cudaMemcpy(h, rb[k], n * es, cudaMemcpyDeviceToHost));
+                for (long i = 0; i < n; i++) {
+                    long want = 0;
+                    for (int q = 0; q < size; q++) want += val_t(types[c], q, i, round + 7 * k);
+                    const double got = types[c] == MPI_INT ? ((int *)h)[i] : ((float *)h)[i];
+                    if (got != (double)want) bad++;
+                }
+                CK(cudaFree(sb[k]));
+                CK(cudaFree(rb[k]));
+            }
+            if (rc != MPI_SUCCESS || bad) {
+                printf("FAIL rank %d: cross n=%ld round %d: rc %d, %ld wrong\n", rank, n, round,
+                       rc, bad);
+                bad_total++;
+            }
+            free(h);
+        }
+    }
+    /* 18 calls, every one served by twohop's non-blocking form (and GPU-posted, asked for). */
+    const struct twohop_counts c1 = twohop_pvars_read(&pv);
+    if (!pv.found || c1.nonblocking - c0.nonblocking != 18 ||
+        (expect_posted && c1.posted - c0.posted != 18)) {
+        printf("FAIL rank %d: cross: twohop served %llu of 18 calls non-blocking, %llu "
+               "GPU-posted%s\n", rank, c1.nonblocking - c0.nonblocking, c1.posted - c0.posted,
+               pv.found ? "" : " (counters missing)");
+        bad_total++;
+    }
+    MPI_Comm_free(&comm[0]);
+    MPI_Comm_free(&comm[1]);
+    int all = 0;
+    MPI_Allreduce(&bad_total, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (rank == 0) {
+        printf("device_allreduce cross%s: %s (%d failures)\n", sync ? " --sync" : "",
+               all ? "FAIL" : "ok", all);
+    }
+    return all != 0;
+}
+
 static int check_self(void) {
     MPI_Op usum;
     MPI_Op_create(user_sum, 1, &usum);
@@ -472,13 +562,15 @@ int main(int argc, char **argv) {
     t_bf16 = twohop_type_bfloat16();
     t_f16 = twohop_type_float16();
     const char *mode = argc > 1 ? argv[1] : "check";
-    bool expect = false, stage = false, pinned = false;
+    bool expect = false, stage = false, pinned = false, sync = false;
     size_t max_bytes = 256u << 20;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--expect-twohop")) expect = true;
         else if (!strcmp(argv[i], "--expect-gpu")) expect_gpu = true;
         else if (!strcmp(argv[i], "--expect-hop1")) expect_hop1 = true;
+        else if (!strcmp(argv[i], "--expect-posted")) expect_posted = true;
         else if (!strcmp(argv[i], "--stage")) stage = true;
+        else if (!strcmp(argv[i], "--sync")) sync = true;
         else if (!strcmp(argv[i], "--pinned")) pinned = true;
         else if (!strcmp(argv[i], "--max") && i + 1 < argc) max_bytes = strtoull(argv[++i], NULL, 0);
         else if (!strcmp(argv[i], "--min") && i + 1 < argc) g_min_bytes = strtoull(argv[++i], NULL, 0);
@@ -495,7 +587,8 @@ int main(int argc, char **argv) {
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     int rc = !strcmp(mode, "bench") ? bench(stage, pinned, max_bytes)
-             : !strcmp(mode, "self") ? check_self() : check(expect);
+             : !strcmp(mode, "self") ? check_self()
+             : !strcmp(mode, "cross") ? check_cross(sync) : check(expect);
     twohop_pvars_close(&pv);
     CK(cudaMemPoolDestroy(custom_pool));
     MPI_Finalize();

@@ -790,9 +790,29 @@ check np4_one_gpu_persistent 4 "" 0 --form persistent --expect-gpu
 # The same with one kernel per rank's shard (no one-kernel mode), as on several GPUs.
 RUN_MCA=coll_twohop_gpu_one_kernel_max_bytes=0 \
     check np4_one_gpu_nonblocking_shards 4 "" 0 --form nonblocking --expect-gpu
-# Two virtual nodes: from 64 KiB the node's GPU vote as a job, then hop 1 and hop 3 on the GPU.
-check np4_rr2_one_gpu_nonblocking 4 rr:2 0 --form nonblocking --expect-hop1
-check np4_rr2_one_gpu_persistent 4 rr:2 0 --form persistent --expect-hop1
+# Two virtual nodes: from 64 KiB the node's GPU vote as a job, then the GPU-posted job (the call
+# kernel, its host side on the proxy thread), or with coll_twohop_gpu_posted 0 or without
+# asynchronous progress the CPU-posted pipeline with hop 1 and hop 3 on the GPU.
+check np4_rr2_one_gpu_nonblocking 4 rr:2 0 --form nonblocking --expect-hop1 --expect-posted
+check np4_rr2_one_gpu_persistent 4 rr:2 0 --form persistent --expect-hop1 --expect-posted
+check np8_rr2_one_gpu_nonblocking 8 rr:2 0 --form nonblocking --expect-hop1 --expect-posted
+RUN_MCA=coll_twohop_gpu_posted=0 \
+    check np4_rr2_one_gpu_nonblocking_cpuposted 4 rr:2 0 --form nonblocking --expect-hop1
+RUN_MCA=coll_twohop_async_progress=0 \
+    check np4_rr2_one_gpu_persistent_noasync 4 rr:2 0 --form persistent --expect-hop1
+# Two communicators started in opposite orders on the two nodes, with and without a
+# cudaDeviceSynchronize before the wait.
+for sync in "" --sync; do
+    t0=$SECONDS
+    if run 4 rr:2 0 -- "$build/mpi_tests/device_allreduce" cross --expect-posted $sync \
+        >"$out/cross${sync}.log" 2>&1 && grep -q "cross.*: ok" "$out/cross${sync}.log"; then
+        summary+=("PASS cross np4_rr2 ${sync:-no sync} ($((SECONDS - t0)) s)")
+    else
+        summary+=("FAIL cross np4_rr2 ${sync:-no sync} ($((SECONDS - t0)) s)")
+        status=1
+        grep -E "FAIL|error|signal" "$out/cross${sync}.log" | head -5
+    fi
+done
 # Single-rank communicators with device buffers (coll/self would memcpy them on the host).
 for np in 1 2; do
     t0=$SECONDS
@@ -875,7 +895,7 @@ fi
 if [[ $mode == full || $mode == quick ]]; then
 check np2_one_gpu 2 "" 0 --expect-gpu
 check np4_one_gpu 4 "" 0 --expect-gpu
-check np4_rr2_one_gpu 4 rr:2 0 --expect-hop1
+check np4_rr2_one_gpu 4 rr:2 0 --expect-hop1 --expect-posted
 RUN_MCA=coll_twohop_gpu_posted=0 check np4_rr2_one_gpu_cpuposted 4 rr:2 0 --expect-hop1
 if ((ngpu >= 2)); then
     check np2_two_gpus 2 "" 0,1 --expect-gpu

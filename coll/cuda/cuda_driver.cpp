@@ -562,6 +562,20 @@ bool zero_device(int device, void *p, std::size_t bytes) {
     return done;
 }
 
+void *stream_create(int device) {
+    CtxScope ctx(device);
+    CUstream st = nullptr;
+    if (!ctx.ok() || !ok(g_drv.stream_create(&st, CU_STREAM_NON_BLOCKING), "cuStreamCreate")) {
+        return nullptr;
+    }
+    return st;
+}
+
+void stream_destroy(int device, void *stream) {
+    CtxScope ctx(device);
+    if (ctx.ok() && stream) g_drv.stream_destroy(static_cast<CUstream>(stream));
+}
+
 void *device_alloc(int device, std::size_t bytes) {
     CtxScope ctx(device);
     CUdeviceptr p = 0;
@@ -762,6 +776,8 @@ Fence::~Fence() {}
 bool Fence::record(int, void *) { return false; }
 int Fence::query() const { return -1; }
 void *device_alloc(int, std::size_t) { return nullptr; }
+void *stream_create(int) { return nullptr; }
+void stream_destroy(int, void *) {}
 bool zero_device(int, void *, std::size_t) { return false; }
 const char *last_error() { return "no CUDA support"; }
 void *host_register(int, void *, std::size_t) { return nullptr; }

@@ -100,6 +100,11 @@ bool launch_grid(int device, const char *name, const void *args, std::size_t arg
  * per multiprocessor, cuOccupancyMaxActiveBlocksPerMultiprocessor, times multiprocessors;
  * asked once per kernel and device); 0 on a driver error. */
 int resident_blocks(int device, const char *name, unsigned threads);
+/* A new non-blocking stream of `device`'s primary context (a communicator's own, for work
+ * that waits on the host: gpu_node.cpp), or nullptr; stream_destroy releases it (nullptr: no
+ * effect). */
+void *stream_create(int device);
+void stream_destroy(int device, void *stream);
 /* launch, then waits for twohop's stream on `device`. */
 bool launch_and_wait(int device, const char *name, const void *args, std::size_t arg_bytes,
                      unsigned long long n);

@@ -122,6 +122,8 @@ void take_incoming(twohop_comm *c) {
     c->has_incoming.store(false, std::memory_order_release);
 }
 
+void kick_async();
+
 /*
  * With the engine lock held: advances the queue as far as it goes without waiting. Returns
  * the number of calls that completed; *pending = whether calls remain.
@@ -164,6 +166,13 @@ int advance_queue(twohop_comm *c, bool *pending, bool async_only = false,
             }
         }
         if (rc == TWOHOP_PENDING) {
+            // A job whose remaining steps became safe on the proxy thread (Job::async_now):
+            // from now on the proxy advances it too, while the application computes.
+            if (!q->async_ok && q->job->async_now()) {
+                q->async_ok = true;
+                g_async_queued.fetch_add(1, std::memory_order_release);
+                kick_async();
+            }
             if (moved && q->job->steps() != steps_before) *moved = true;
             if (q->job->steps() != q->steps_seen || q->job->waiting_on_application()) {
                 q->steps_seen = q->job->steps();

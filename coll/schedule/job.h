@@ -31,6 +31,10 @@ class Job {
      * stream-ordered call on the device buffers, gpu_node.h: gpu_stream_posted): its first
      * one. Zero for the others, which take theirs from twohop_comm::seq when they start. */
     virtual uint64_t reserved_first_seq() const { return 0; }
+    /* True once every remaining step is safe on the proxy thread (host memory and UCX only),
+     * for a job whose call was not (engine.cpp: async_safe): the GPU-posted job after its
+     * kernel's launch (gpu_node.cpp). The engine then lets the proxy advance it. */
+    virtual bool async_now() const { return false; }
 
   protected:
     uint64_t steps_ = 0;
