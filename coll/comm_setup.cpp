@@ -330,6 +330,7 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
     c->host = a->host;
     c->timeout_s = prm.timeout;
     c->async_progress = prm.async_progress != 0;
+    c->posted_nonblocking = prm.posted_nonblocking;
     c->async_start_bytes = prm.async_start_bytes;
     c->stream_on_device = prm.enqueue_on_device;
     c->stream_on_device_min = prm.enqueue_on_device_min_bytes;

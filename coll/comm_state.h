@@ -126,6 +126,8 @@ struct twohop_comm {
     uint64_t gather_min_bytes = 0;         // coll_twohop_gpu_hop3_gather_min_bytes (agreed)
     uint64_t posted_wide_bytes = 0;        // coll_twohop_posted_kernel_wide_bytes
     bool async_progress = true;            // coll_twohop_async_progress (this process)
+    bool posted_nonblocking = false;       // coll_twohop_posted_nonblocking (this process;
+                                           //   the node agrees per call in its vote)
     uint64_t async_start_bytes = 131072;   // coll_twohop_async_start_bytes (this process)
     bool stream_on_device = false;         // coll_twohop_enqueue_on_device (this process)
     uint64_t stream_on_device_min = 0;     // coll_twohop_enqueue_on_device_min_bytes

@@ -1336,7 +1336,7 @@ class GpuNodeJob : public twohop::Job {
      * communicator's job stream on this device. CUDA calls: on the starting thread.
      */
     bool can_post() {
-        if (!c_->gpu_posted || !c_->async_progress) return false;
+        if (!c_->posted_nonblocking || !c_->gpu_posted || !c_->async_progress) return false;
         GpuHop1 &h = c_->gpu_hop1;
         kernel_blocks_ = call_kernel_blocks(c_, red_, bytes(), device_);
         if (kernel_blocks_ <= 0 || !ensure_ring(c_, device_)) return false;

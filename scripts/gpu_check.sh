@@ -5,6 +5,7 @@
 # usage (on the GPU machine, from the repository root):
 #   bash scripts/gpu_check.sh [MODE]   (default full; the modes below)
 #   quick: checks only, no benchmark.
+#   build: the build only (into GPU_BUILD), for work by hand on the machine.
 #   enqueue: only the stream-ordered extension's checks (include/twohop.h).
 #   enqcases: enqueue_allreduce's cases alone on each path (one node; two virtual nodes over
 #          TCP; over shared memory on the device buffers at 4 and 8 ranks).
@@ -169,6 +170,7 @@ if ! { meson setup "$build" -Dwerror_ci=true >"$out/setup.log" 2>&1 &&
 fi
 grep -E "CUDA device buffers|Open MPI|UCX" "$out/setup.log" | head -3
 [[ -x $build/mpi_tests/device_allreduce ]] || { echo "gpu_check: no device_allreduce built"; exit 1; }
+[[ $mode == build ]] && exit 0
 
 # --- MPS
 mps=/tmp/twohop-mps
@@ -793,18 +795,19 @@ RUN_MCA=coll_twohop_gpu_one_kernel_max_bytes=0 \
 # Two virtual nodes: from 64 KiB the node's GPU vote as a job, then the GPU-posted job (the call
 # kernel, its host side on the proxy thread), or with coll_twohop_gpu_posted 0 or without
 # asynchronous progress the CPU-posted pipeline with hop 1 and hop 3 on the GPU.
-check np4_rr2_one_gpu_nonblocking 4 rr:2 0 --form nonblocking --expect-hop1 --expect-posted
-check np4_rr2_one_gpu_persistent 4 rr:2 0 --form persistent --expect-hop1 --expect-posted
-check np8_rr2_one_gpu_nonblocking 8 rr:2 0 --form nonblocking --expect-hop1 --expect-posted
-RUN_MCA=coll_twohop_gpu_posted=0 \
-    check np4_rr2_one_gpu_nonblocking_cpuposted 4 rr:2 0 --form nonblocking --expect-hop1
-RUN_MCA=coll_twohop_async_progress=0 \
-    check np4_rr2_one_gpu_persistent_noasync 4 rr:2 0 --form persistent --expect-hop1
+check np4_rr2_one_gpu_nonblocking 4 rr:2 0 --form nonblocking --expect-hop1
+check np4_rr2_one_gpu_persistent 4 rr:2 0 --form persistent --expect-hop1
+pj=coll_twohop_posted_nonblocking=1
+RUN_MCA=$pj check np4_rr2_one_gpu_nonblocking_posted 4 rr:2 0 --form nonblocking --expect-hop1 --expect-posted
+RUN_MCA=$pj check np4_rr2_one_gpu_persistent_posted 4 rr:2 0 --form persistent --expect-hop1 --expect-posted
+RUN_MCA=$pj check np8_rr2_one_gpu_nonblocking_posted 8 rr:2 0 --form nonblocking --expect-hop1 --expect-posted
+RUN_MCA="$pj coll_twohop_async_progress=0" \
+    check np4_rr2_one_gpu_persistent_posted_noasync 4 rr:2 0 --form persistent --expect-hop1
 # Two communicators started in opposite orders on the two nodes, with and without a
-# cudaDeviceSynchronize before the wait.
+# cudaDeviceSynchronize before the wait (the default: the CPU-posted pipeline).
 for sync in "" --sync; do
     t0=$SECONDS
-    if run 4 rr:2 0 -- "$build/mpi_tests/device_allreduce" cross --expect-posted $sync \
+    if RUN_TIMEOUT=120 run 4 rr:2 0 -- "$build/mpi_tests/device_allreduce" cross $sync \
         >"$out/cross${sync}.log" 2>&1 && grep -q "cross.*: ok" "$out/cross${sync}.log"; then
         summary+=("PASS cross np4_rr2 ${sync:-no sync} ($((SECONDS - t0)) s)")
     else
