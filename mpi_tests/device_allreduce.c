@@ -21,13 +21,14 @@
  *          64 KiB or more run hop 1 and hop 3 on the GPU (coll_twohop_gpu_hop1_calls), in
  *          every form; --expect-posted: those cases GPU-posted too
  *          (coll_twohop_gpu_posted_calls).
- *        device_allreduce cross [--sync]
+ *        device_allreduce cross [--sync] [--warm]
  *          two duplicates of MPI_COMM_WORLD, MPI_Iallreduce on device buffers started on both
  *          in opposite orders on even and odd ranks, then MPI_Waitall (legal for non-blocking
  *          collectives): GPU work of one communicator that waits for its hop 2 must never hold
  *          up the other's. --sync: cudaDeviceSynchronize between the starts and the wait (a
  *          kernel waiting for its hop 2 must end without the application's MPI calls). 4 and
- *          1 MiB of floats and 300001 ints, 3 rounds, exact results.
+ *          1 MiB of floats and 300001 ints, 3 rounds, exact results. --warm: the buffers
+ *          allocated once, and a first round started in the same order on every rank.
  *        device_allreduce self
  *          single-rank communicators (MPI_COMM_SELF, a split that leaves every rank alone) in
  *          the three forms, device/managed/pool/pinned buffers, in place and not, a vector
@@ -294,7 +295,7 @@ static void user_sum(void *in, void *inout, int *len, MPI_Datatype *t) {
 }
 
 /* Single-rank communicators in every form and memory kind (usage: mode self). */
-static int check_cross(bool sync) {
+static int check_cross(bool sync, bool warm) {
     MPI_Comm comm[2];
     MPI_Comm_dup(MPI_COMM_WORLD, &comm[0]);
     MPI_Comm_dup(MPI_COMM_WORLD, &comm[1]);
@@ -302,6 +303,21 @@ static int check_cross(bool sync) {
     const MPI_Datatype types[] = {MPI_FLOAT, MPI_FLOAT, MPI_INT};
     int bad_total = 0;
     const struct twohop_counts c0 = twohop_pvars_read(&pv);
+    /* --warm: the buffers allocated once and a first round in the same order on every rank
+     * (so each communicator has mapped its peers' buffers before the crossed rounds). */
+    void *wsb[2] = {NULL, NULL}, *wrb[2] = {NULL, NULL};
+    if (warm) {
+        MPI_Request req[2];
+        for (int k = 0; k < 2; k++) {
+            CK(cudaMalloc(&wsb[k], 4u << 20));
+            CK(cudaMalloc(&wrb[k], 4u << 20));
+            CK(cudaMemset(wsb[k], 0, 4u << 20));
+        }
+        for (int k = 0; k < 2; k++) {
+            MPI_Iallreduce(wsb[k], wrb[k], 1 << 20, MPI_FLOAT, MPI_SUM, comm[k], &req[k]);
+        }
+        MPI_Waitall(2, req, MPI_STATUSES_IGNORE);
+    }
     for (int c = 0; c < 3; c++) {
         for (int round = 0; round < 3; round++) {
             const long n = counts[c];
@@ -315,8 +331,13 @@ static int check_cross(bool sync) {
                     if (types[c] == MPI_INT) ((int *)h)[i] = v;
                     else ((float *)h)[i] = (float)v;
                 }
-                CK(cudaMalloc(&sb[k], n * es));
-                CK(cudaMalloc(&rb[k], n * es));
+                if (warm) {
+                    sb[k] = wsb[k];
+                    rb[k] = wrb[k];
+                } else {
+                    CK(cudaMalloc(&sb[k], n * es));
+                    CK(cudaMalloc(&rb[k], n * es));
+                }
                 CK(cudaMemcpy(sb[k], h, n * es, cudaMemcpyHostToDevice));
                 CK(cudaMemset(rb[k], 0x7F, n * es));
             }
@@ -339,8 +360,10 @@ static int check_cross(bool sync) {
                     const double got = types[c] == MPI_INT ? ((int *)h)[i] : ((float *)h)[i];
                     if (got != (double)want) bad++;
                 }
-                CK(cudaFree(sb[k]));
-                CK(cudaFree(rb[k]));
+                if (!warm) {
+                    CK(cudaFree(sb[k]));
+                    CK(cudaFree(rb[k]));
+                }
             }
             if (rc != MPI_SUCCESS || bad) {
                 printf("FAIL rank %d: cross n=%ld round %d: rc %d, %ld wrong\n", rank, n, round,
@@ -352,10 +375,15 @@ static int check_cross(bool sync) {
     }
     /* 18 calls, every one served by twohop's non-blocking form (and GPU-posted, asked for). */
     const struct twohop_counts c1 = twohop_pvars_read(&pv);
-    if (!pv.found || c1.nonblocking - c0.nonblocking != 18 ||
-        (expect_posted && c1.posted - c0.posted != 18)) {
-        printf("FAIL rank %d: cross: twohop served %llu of 18 calls non-blocking, %llu "
-               "GPU-posted%s\n", rank, c1.nonblocking - c0.nonblocking, c1.posted - c0.posted,
+    const unsigned long long calls = warm ? 20 : 18;
+    for (int k = 0; warm && k < 2; k++) {
+        CK(cudaFree(wsb[k]));
+        CK(cudaFree(wrb[k]));
+    }
+    if (!pv.found || c1.nonblocking - c0.nonblocking != calls ||
+        (expect_posted && c1.posted - c0.posted != calls)) {
+        printf("FAIL rank %d: cross: twohop served %llu of %llu calls non-blocking, %llu "
+               "GPU-posted%s\n", rank, c1.nonblocking - c0.nonblocking, calls, c1.posted - c0.posted,
                pv.found ? "" : " (counters missing)");
         bad_total++;
     }
@@ -562,7 +590,7 @@ int main(int argc, char **argv) {
     t_bf16 = twohop_type_bfloat16();
     t_f16 = twohop_type_float16();
     const char *mode = argc > 1 ? argv[1] : "check";
-    bool expect = false, stage = false, pinned = false, sync = false;
+    bool expect = false, stage = false, pinned = false, sync = false, warm = false;
     size_t max_bytes = 256u << 20;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--expect-twohop")) expect = true;
@@ -571,6 +599,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--expect-posted")) expect_posted = true;
         else if (!strcmp(argv[i], "--stage")) stage = true;
         else if (!strcmp(argv[i], "--sync")) sync = true;
+        else if (!strcmp(argv[i], "--warm")) warm = true;
         else if (!strcmp(argv[i], "--pinned")) pinned = true;
         else if (!strcmp(argv[i], "--max") && i + 1 < argc) max_bytes = strtoull(argv[++i], NULL, 0);
         else if (!strcmp(argv[i], "--min") && i + 1 < argc) g_min_bytes = strtoull(argv[++i], NULL, 0);
@@ -588,7 +617,7 @@ int main(int argc, char **argv) {
     }
     int rc = !strcmp(mode, "bench") ? bench(stage, pinned, max_bytes)
              : !strcmp(mode, "self") ? check_self()
-             : !strcmp(mode, "cross") ? check_cross(sync) : check(expect);
+             : !strcmp(mode, "cross") ? check_cross(sync, warm) : check(expect);
     twohop_pvars_close(&pv);
     CK(cudaMemPoolDestroy(custom_pool));
     MPI_Finalize();
