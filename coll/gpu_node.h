@@ -68,14 +68,18 @@ struct GpuPathClock {
 
 /*
  * The node GPU path as a job (job.h), for non-blocking and persistent calls: the rounds of
- * gpu_node_allreduce as steps that never wait, then the kernel, or -- when the node declines
- * (a rank's buffers are host memory, not shareable, a user op) -- the host path's job
- * (make_job) for the same call. For communicators of one node that run the GPU vote
- * (twohop_comm::gpu_round), at every message size: every local rank must queue this job for
- * the call, whatever its memory kinds (the vote is the node's), so the caller decides from
- * the agreed state and the node count only (docs/design.md, "The rule"). A rank
+ * gpu_node_allreduce as steps that never wait, then -- one node -- the kernel, or -- several
+ * nodes -- the pipeline with hop 1 and hop 3 on the GPU (CPU-posted; GPU-posted when every
+ * local rank sets coll_twohop_posted_nonblocking and can run the call kernel), or -- when the
+ * node declines (a rank's buffers are host memory, not shareable, a user op) -- the host
+ * path's job (make_job) for the same call. For communicators that run the GPU vote
+ * (twohop_comm::gpu_round) where the blocking call votes: one node at every message size,
+ * several nodes on the pipeline path. Every local rank must queue this job for the call,
+ * whatever its memory kinds (the vote is the node's), so the caller decides from the agreed
+ * state, the node count and the message size only (docs/design.md, "The rule"). A rank
  * whose buffers cannot take the GPU path votes no without waiting (vote_no). The job makes
- * CUDA calls only with device buffers, which the proxy thread never advances.
+ * CUDA calls only with device buffers; the proxy thread advances it only where
+ * Job::async_now says so (the GPU-posted job after its kernel's launch: host memory and UCX).
  */
 std::unique_ptr<twohop::Job> gpu_node_job(twohop_comm *c, const twohop_userbuf &in,
                                           const twohop_userbuf &out, uint64_t count,
