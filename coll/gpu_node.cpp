@@ -30,20 +30,21 @@ namespace cuda = twohop::cuda;
 
 /* What a local rank publishes in its descriptor block for one call. */
 struct GpuDesc {
-    uint32_t can;       // device buffers, kernel, handles: this rank can take the GPU path
-    uint32_t in_place;
     char pci[32];       // PCI bus id of the buffers' GPU
     struct Buffer {
         unsigned char handle[cuda::kIpcHandleBytes];
         uint64_t off;  // byte offset of the buffer in its allocation
         uint64_t base; // the allocation's address in the publishing process
         uint64_t id;   // its buffer id there (a new id = a new allocation)
+        uint64_t size; // the allocation's size in bytes
     } send, recv;
     int64_t pid;
     uint64_t msg_bytes, item_bytes; // the call's size: every local rank must pass the same
-    uint32_t enqueue;   // called as twohop_allreduce_enqueue (1) or MPI_Allreduce (0)
-    uint32_t recv_staged; // `recv` is twohop's staging buffer, not the receive buffer
-    uint32_t posted;    // several nodes, non-blocking/persistent: can run the GPU-posted job
+    uint8_t can;         // device buffers, kernel, handles: this rank can take the GPU path
+    uint8_t in_place;
+    uint8_t enqueue;     // called as twohop_allreduce_enqueue (1) or MPI_Allreduce (0)
+    uint8_t recv_staged; // `recv` is twohop's staging buffer, not the receive buffer
+    uint8_t posted;      // several nodes, non-blocking/persistent: can run the GPU-posted job
 };
 static_assert(sizeof(GpuDesc) <= twohop::ShmLayout::kDescBytes, "descriptor block");
 
@@ -64,6 +65,7 @@ bool export_buffer(char *p, const cuda::PointerInfo &pi, GpuDesc::Buffer *b) {
     b->off = static_cast<uint64_t>(p - pi.base);
     b->base = reinterpret_cast<uint64_t>(pi.base);
     b->id = pi.buffer_id;
+    b->size = pi.size;
     return true;
 }
 
@@ -471,8 +473,8 @@ int shard_args(twohop_comm *c, const GpuDesc *peer, int device, bool one_device,
         char *sp = my_in, *rp = my_out;
         if (l != me) {
             const GpuDesc::Buffer &ps = peer[l].send, &pr = peer[l].recv;
-            const cuda::PeerAllocation sa{peer[l].pid, ps.base, ps.id};
-            const cuda::PeerAllocation ra{peer[l].pid, pr.base, pr.id};
+            const cuda::PeerAllocation sa{peer[l].pid, ps.base, ps.id, ps.size};
+            const cuda::PeerAllocation ra{peer[l].pid, pr.base, pr.id, pr.size};
             char *sb = static_cast<char *>(cuda::ipc_open(device, sa, ps.handle));
             char *rb = static_cast<char *>(cuda::ipc_open(device, ra, pr.handle));
             if (!sb || !rb) return gpu_error(c, "opening a CUDA IPC handle of local rank", l);
@@ -510,7 +512,7 @@ int activate_hop1(twohop_comm *c, const GpuDesc *peer, int device, bool one_devi
             continue;
         }
         const GpuDesc::Buffer &ps = peer[l].send;
-        const cuda::PeerAllocation sa{peer[l].pid, ps.base, ps.id};
+        const cuda::PeerAllocation sa{peer[l].pid, ps.base, ps.id, ps.size};
         char *sb = static_cast<char *>(cuda::ipc_open(device, sa, ps.handle));
         if (!sb) return gpu_error(c, "opening a CUDA IPC handle of local rank", l);
         h.in[l] = sb + ps.off;
@@ -518,7 +520,7 @@ int activate_hop1(twohop_comm *c, const GpuDesc *peer, int device, bool one_devi
         if (!gather) continue;
         const GpuDesc::Buffer &pr = peer[l].recv;
         char *rb = static_cast<char *>(
-            cuda::ipc_open(device, cuda::PeerAllocation{peer[l].pid, pr.base, pr.id}, pr.handle));
+            cuda::ipc_open(device, cuda::PeerAllocation{peer[l].pid, pr.base, pr.id, pr.size}, pr.handle));
         if (!rb) return gpu_error(c, "opening a CUDA IPC handle of local rank", l);
         h.out[l] = rb + pr.off;
     }

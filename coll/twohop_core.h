@@ -179,11 +179,14 @@ typedef void (*twohop_done_fn)(void *ctx, int status, const char *why);
  * `done(ctx, ...)` reports the end. `in`, `out` (and what their ctx point to) and
  * red->user_ctx must stay valid until then; the structs themselves are copied. Returns
  * TWOHOP_OK when queued (done will be called), else TWOHOP_ERR_NO_MEMORY (done will not be).
- * Memory kinds: on a communicator of one node that runs the GPU vote, a call of any size
- * takes the node's GPU path as a job when every local rank passes device buffers
- * (gpu_node_job: every local rank votes, decided from the agreed state and the node count,
- * the same on every rank since MPI matches a non-blocking collective only with the same
- * non-blocking collective); otherwise device buffers are reached through their kind's copies.
+ * Memory kinds: on a communicator that runs the GPU vote, a call takes the node's GPU vote as
+ * a job where the blocking call votes (one node: every size; several nodes: the pipeline
+ * path) and, when every local rank passes device buffers, the node's GPU path -- one node:
+ * its kernel; several nodes: the pipeline with hop 1 and hop 3 on the GPU, CPU-posted, or
+ * GPU-posted with coll_twohop_posted_nonblocking (gpu_node_job: every local rank votes,
+ * decided from the agreed state, the node count and the size, the same on every rank since
+ * MPI matches a non-blocking collective only with the same non-blocking collective);
+ * otherwise device buffers are reached through their kind's copies.
  */
 int twohop_comm_iallreduce(twohop_comm *c, const twohop_userbuf *in, const twohop_userbuf *out,
                            uint64_t count, const twohop_reduction *red, twohop_done_fn done,

@@ -26,7 +26,8 @@
  *          in opposite orders on even and odd ranks, then MPI_Waitall (legal for non-blocking
  *          collectives): GPU work of one communicator that waits for its hop 2 must never hold
  *          up the other's. --sync: cudaDeviceSynchronize between the starts and the wait (a
- *          kernel waiting for its hop 2 must end without the application's MPI calls). 4 and
+ *          kernel launched in the starts must end without the application's MPI calls; the
+ *          node's vote usually completes only in the wait, so mostly none is). 4 and
  *          1 MiB of floats and 300001 ints, 3 rounds, exact results. --warm: the buffers
  *          allocated once, and a first round started in the same order on every rank.
  *        device_allreduce self
@@ -294,7 +295,7 @@ static void user_sum(void *in, void *inout, int *len, MPI_Datatype *t) {
     for (int i = 0; i < *len; i++) ((int *)inout)[i] += ((int *)in)[i];
 }
 
-/* Single-rank communicators in every form and memory kind (usage: mode self). */
+/* Two communicators' non-blocking calls started in opposite orders (usage: mode cross). */
 static int check_cross(bool sync, bool warm) {
     MPI_Comm comm[2];
     MPI_Comm_dup(MPI_COMM_WORLD, &comm[0]);
@@ -380,10 +381,14 @@ static int check_cross(bool sync, bool warm) {
         CK(cudaFree(wsb[k]));
         CK(cudaFree(wrb[k]));
     }
+    /* Every call is of 1 MiB or more on device buffers: served non-blocking, with hop 1 on the
+     * GPU (when the run has several nodes, --expect-hop1), GPU-posted with --expect-posted. */
     if (!pv.found || c1.nonblocking - c0.nonblocking != calls ||
+        (expect_hop1 && c1.gpu_hop1 - c0.gpu_hop1 != calls) ||
         (expect_posted && c1.posted - c0.posted != calls)) {
-        printf("FAIL rank %d: cross: twohop served %llu of %llu calls non-blocking, %llu "
-               "GPU-posted%s\n", rank, c1.nonblocking - c0.nonblocking, calls, c1.posted - c0.posted,
+        printf("FAIL rank %d: cross: twohop served %llu of %llu calls non-blocking, %llu with "
+               "hop 1 on the GPU, %llu GPU-posted%s\n", rank, c1.nonblocking - c0.nonblocking,
+               calls, c1.gpu_hop1 - c0.gpu_hop1, c1.posted - c0.posted,
                pv.found ? "" : " (counters missing)");
         bad_total++;
     }
@@ -392,12 +397,13 @@ static int check_cross(bool sync, bool warm) {
     int all = 0;
     MPI_Allreduce(&bad_total, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (rank == 0) {
-        printf("device_allreduce cross%s: %s (%d failures)\n", sync ? " --sync" : "",
-               all ? "FAIL" : "ok", all);
+        printf("device_allreduce cross%s%s: %s (%d failures)\n", sync ? " --sync" : "",
+               warm ? " --warm" : "", all ? "FAIL" : "ok", all);
     }
     return all != 0;
 }
 
+/* Single-rank communicators in every form and memory kind (usage: mode self). */
 static int check_self(void) {
     MPI_Op usum;
     MPI_Op_create(user_sum, 1, &usum);

@@ -792,9 +792,10 @@ check np4_one_gpu_persistent 4 "" 0 --form persistent --expect-gpu
 # The same with one kernel per rank's shard (no one-kernel mode), as on several GPUs.
 RUN_MCA=coll_twohop_gpu_one_kernel_max_bytes=0 \
     check np4_one_gpu_nonblocking_shards 4 "" 0 --form nonblocking --expect-gpu
-# Two virtual nodes: from 64 KiB the node's GPU vote as a job, then the GPU-posted job (the call
-# kernel, its host side on the proxy thread), or with coll_twohop_gpu_posted 0 or without
-# asynchronous progress the CPU-posted pipeline with hop 1 and hop 3 on the GPU.
+# Two virtual nodes: from 64 KiB the node's GPU vote as a job, then the CPU-posted pipeline
+# with hop 1 and hop 3 on the GPU (the default), or with coll_twohop_posted_nonblocking 1 the
+# GPU-posted job (the call kernel, its host side on the proxy thread; without asynchronous
+# progress the CPU-posted pipeline again).
 check np4_rr2_one_gpu_nonblocking 4 rr:2 0 --form nonblocking --expect-hop1
 check np4_rr2_one_gpu_persistent 4 rr:2 0 --form persistent --expect-hop1
 pj=coll_twohop_posted_nonblocking=1
@@ -803,17 +804,21 @@ RUN_MCA=$pj check np4_rr2_one_gpu_persistent_posted 4 rr:2 0 --form persistent -
 RUN_MCA=$pj check np8_rr2_one_gpu_nonblocking_posted 8 rr:2 0 --form nonblocking --expect-hop1 --expect-posted
 RUN_MCA="$pj coll_twohop_async_progress=0" \
     check np4_rr2_one_gpu_persistent_posted_noasync 4 rr:2 0 --form persistent --expect-hop1
-# Two communicators started in opposite orders on the two nodes, with and without a
-# cudaDeviceSynchronize before the wait (the default: the CPU-posted pipeline).
-for sync in "" --sync; do
+# Two communicators started in opposite orders on the two nodes: the default (the CPU-posted
+# pipeline) with and without a cudaDeviceSynchronize before the wait, new buffers each round;
+# the GPU-posted job with buffers allocated once and a first round in the same order (--warm;
+# with new buffers each round it hung: docs/design.md, "Not handled yet").
+for args in "" --sync "--warm --expect-posted"; do
     t0=$SECONDS
-    if RUN_TIMEOUT=120 run 4 rr:2 0 -- "$build/mpi_tests/device_allreduce" cross $sync \
-        >"$out/cross${sync}.log" 2>&1 && grep -q "cross.*: ok" "$out/cross${sync}.log"; then
-        summary+=("PASS cross np4_rr2 ${sync:-no sync} ($((SECONDS - t0)) s)")
+    tag=$(echo "${args:-plain}" | tr -d ' -')
+    if RUN_MCA=$([[ $args == *posted* ]] && echo "$pj") RUN_TIMEOUT=120 \
+        run 4 rr:2 0 -- "$build/mpi_tests/device_allreduce" cross --expect-hop1 $args \
+        >"$out/cross_$tag.log" 2>&1 && grep -q "cross.*: ok" "$out/cross_$tag.log"; then
+        summary+=("PASS cross np4_rr2 ${args:-plain} ($((SECONDS - t0)) s)")
     else
-        summary+=("FAIL cross np4_rr2 ${sync:-no sync} ($((SECONDS - t0)) s)")
+        summary+=("FAIL cross np4_rr2 ${args:-plain} ($((SECONDS - t0)) s)")
         status=1
-        grep -E "FAIL|error|signal" "$out/cross${sync}.log" | head -5
+        grep -E "FAIL|error|signal" "$out/cross_$tag.log" | head -5
     fi
 done
 # Single-rank communicators with device buffers (coll/self would memcpy them on the host).

@@ -361,6 +361,7 @@ TEST(Proxy, StopWithAJobInFlightEndsItWithAnError) {
 // ---- PostedJob: the host side of a GPU-posted call, with a fake transport and a host thread
 // standing in for the GPU (it posts descriptors as "kernels" finish and drains at the end).
 #include "posted_job.h"
+#include "twohop_status.h"
 
 namespace {
 
@@ -380,13 +381,14 @@ class FakeBackend : public twohop::PostedBackend {
         order.push_back(seg);
     }
     void gates() override { ++gate_calls; }
-    int drained() override { return gpu_done.load() ? 1 : 0; }
+    int drained() override { return drained_status ? drained_status : gpu_done.load() ? 1 : 0; }
 
     std::vector<uint64_t> posted_at, posts, order;
     std::vector<bool> retired;
     std::map<uint64_t, int> ticks;
     uint64_t clock = 0, gate_calls = 0;
     int fail_progress = 0;
+    int drained_status = 0; // what drained() returns instead (a failure found at the end)
     std::atomic<bool> gpu_done{false};
 };
 
@@ -439,6 +441,26 @@ TEST(PostedJob, TransportFailureEndsTheJob) {
     EXPECT_EQ(job.step(kPending), kPending);
     be.fail_progress = 7;
     EXPECT_EQ(job.step(kPending), 7);
+}
+
+/* A kernel whose wait timed out still ends the call (its last block writes `drained`): the
+ * backend reports TWOHOP_ERR_TIMEOUT (7, positive) from drained(), which must end the job with
+ * that status, never as a success. */
+TEST(PostedJob, ErrorFromDrainedIsNotTakenForTheEnd) {
+    DoorbellRing ring{};
+    FakeBackend be(2);
+    twohop::PostedJob job(&ring, &be, 0, 2, 0, -99);
+    for (uint64_t k = 0; k < 2; ++k) {
+        ASSERT_TRUE(twohop::post_host(&ring, k, PostDesc{k + 1, uint32_t(k), k == 1}, true));
+    }
+    be.drained_status = TWOHOP_ERR_TIMEOUT;
+    int st;
+    while ((st = job.step(kPending)) == kPending) {
+    }
+    EXPECT_EQ(st, TWOHOP_ERR_TIMEOUT);
+    be.drained_status = -5; // a negative code likewise
+    twohop::PostedJob job2(&ring, &be, 0, 0, 0, -99);
+    EXPECT_EQ(job2.step(kPending), -5);
 }
 
 TEST(PostedJob, NoDescriptorWithinTheTimeoutIsATimeout) {

@@ -326,6 +326,7 @@ namespace {
 struct Mapping {
     unsigned long long buffer_id;
     CUdeviceptr local;
+    unsigned long long size; // of the peer's allocation (0: unknown)
 };
 std::mutex g_ipc_m;
 std::map<std::tuple<int, long long, unsigned long long>, Mapping> g_ipc_cache;
@@ -350,11 +351,15 @@ void *ipc_open(int device, const PeerAllocation &a, const unsigned char handle[k
     std::memcpy(&h, handle, kIpcHandleBytes);
     CUdeviceptr p = 0;
     CUresult r = g_drv.ipc_open_mem_handle(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
-    if (r == CUDA_ERROR_ALREADY_MAPPED) {
-        // A stale mapping of this peer overlaps the new allocation at another address: close
-        // every mapping of the peer on this device and retry once.
+    // A stale mapping of this peer overlaps the new allocation at another address: close the
+    // cached mappings of the peer on this device that overlap it (freed memory) and retry;
+    // failing that (sizes unknown), every mapping of the peer, and retry once more.
+    for (int pass = 0; r == CUDA_ERROR_ALREADY_MAPPED && pass < 2; ++pass) {
         for (auto i = cache.begin(); i != cache.end();) {
-            if (std::get<0>(i->first) == device && std::get<1>(i->first) == a.pid) {
+            const unsigned long long b = std::get<2>(i->first), n = i->second.size;
+            const bool overlaps = n != 0 && a.size != 0 && b < a.base + a.size && a.base < b + n;
+            if (std::get<0>(i->first) == device && std::get<1>(i->first) == a.pid &&
+                (overlaps || pass == 1)) {
                 g_drv.ipc_close_mem_handle(i->second.local);
                 i = cache.erase(i);
             } else {
@@ -364,7 +369,7 @@ void *ipc_open(int device, const PeerAllocation &a, const unsigned char handle[k
         r = g_drv.ipc_open_mem_handle(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
     }
     if (!ok(r, "cuIpcOpenMemHandle")) return nullptr;
-    cache[key] = Mapping{a.buffer_id, p};
+    cache[key] = Mapping{a.buffer_id, p, a.size};
     return reinterpret_cast<void *>(p);
 }
 

@@ -60,13 +60,19 @@ struct PeerAllocation {
     long long pid;                  // the exporting process
     unsigned long long base;        // the allocation's address in that process
     unsigned long long buffer_id;   // its CU_POINTER_ATTRIBUTE_BUFFER_ID there (never reused)
+    unsigned long long size = 0;    // its size in bytes (0: unknown)
 };
 
 /*
  * The local address of a peer process's allocation, opened in `device`'s primary context with
  * lazy peer access. Cached per (device, pid, base): a hit with the same buffer id is reused; a
  * new buffer id at the same address (the peer freed and re-allocated) closes the stale mapping
- * first, so a cached mapping never outlives the allocation it shows. nullptr on failure.
+ * first, so a cached mapping never outlives the allocation it shows. When the driver still
+ * holds a stale mapping of the peer elsewhere that overlaps the new allocation
+ * (CUDA_ERROR_ALREADY_MAPPED), only cached mappings whose range overlaps it are closed (they
+ * show freed memory: the peer's live allocations never overlap its new one), so calls of other
+ * communicators in flight keep theirs; only if that does not clear it, every mapping of the
+ * peer on `device`. nullptr on failure.
  */
 void *ipc_open(int device, const PeerAllocation &a, const unsigned char handle[kIpcHandleBytes]);
 

@@ -32,7 +32,8 @@ class PostedBackend {
     virtual void retire(uint64_t segment) = 0;
     /* Called every step: lets the backend open gates the GPU waits on. */
     virtual void gates() {}
-    /* 1 when the GPU finished everything enqueued for the call, 0 while not, < 0 on error. */
+    /* 1 when the GPU finished everything enqueued for the call, 0 while not, otherwise the
+     * call's error status (a twohop_status such as TWOHOP_ERR_TIMEOUT, or a negative code). */
     virtual int drained() = 0;
 };
 
@@ -69,8 +70,8 @@ class PostedJob {
         backend_->gates();
         if (retired_ == nseg_) {
             const int q = backend_->drained();
-            if (q < 0) return q;
-            if (q > 0) return 0;
+            if (q == 1) return 0;
+            if (q != 0) return q; // an error: never taken for the end (TWOHOP_ERR_TIMEOUT is 7)
         }
         if (timeout_s_ > 0 &&
             std::chrono::duration<double>(now - last_progress_).count() > timeout_s_) {
