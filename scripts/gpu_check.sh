@@ -68,7 +68,9 @@
 #          8 B calls alone.
 #   formsbench: the timings of mode forms only (forms_bench at 8 and 16 ranks; with OMB_DIR
 #          the host overlap table), no checks.
-#   forms: the non-blocking and persistent forms on device buffers (one GPU, two virtual nodes),
+#   forms: the non-blocking and persistent forms on device buffers (one GPU, two virtual nodes:
+#          the CPU-posted GPU pipeline and the GPU-posted job, coll_twohop_posted_nonblocking;
+#          device_allreduce cross: two communicators started in opposite orders),
 #          single-rank communicators (MPI_COMM_SELF, singleton splits, mpirun -np 1) with
 #          device buffers; with OMB_DIR set (a directory holding OSU micro-benchmark binaries
 #          built by the user, CUDA-enabled for -d cuda) also osu_iallreduce -d cuda -c,
