@@ -259,7 +259,7 @@ int run_call(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out
         rc = twohop::drive(c, *job);
     }
     if (c->gpu_hop1.active && rc == TWOHOP_OK) gpu_hop1_done();
-    if (c->gpu_hop1.active && rc != TWOHOP_OK) c->gpu_hop1.settle();
+    if (c->gpu_hop1.active && rc != TWOHOP_OK) gpu_settle(c);
     c->gpu_hop1.active = false;
     c->gpu_hop1.gather = false;
     return rc;

@@ -329,6 +329,7 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
     twohop_comm *c = owner.get();
     c->host = a->host;
     c->timeout_s = prm.timeout;
+    c->gpu_hop1.settle_timeout_s = prm.timeout;
     c->async_progress = prm.async_progress != 0;
     c->posted_nonblocking = prm.posted_nonblocking;
     c->async_start_bytes = prm.async_start_bytes;

@@ -218,23 +218,49 @@ void gpu_hop1_done() { g_hop1_calls.fetch_add(1, std::memory_order_relaxed); }
 
 bool gpu_node_capable() { return cuda::kernels_available(); }
 
-void GpuHop1::settle() {
-    // Kernels and copies on twohop's stream wait on nothing else: they end.
-    if (pending && fence.record(device)) {
+void *GpuHop1::own_stream(int dev) {
+    if (stream && stream_device != dev) {
+        if (!settle()) return nullptr; // still in use: twohop's stream instead
+        cuda::stream_destroy(stream_device, stream);
+        stream = nullptr;
+    }
+    if (!stream) {
+        stream = cuda::stream_create(dev);
+        stream_device = dev;
+    }
+    return stream;
+}
+
+bool GpuHop1::settle() {
+    if (stuck) return false;
+    // Kernels and copies of the pipeline and the node wait on nothing else; a failed
+    // GPU-posted call kernel's waits were released (release_posted): they end.
+    if ((pending || job_pending) && fence.record(stream ? stream_device : device, stream)) {
+        const auto start = std::chrono::steady_clock::now();
         while (fence.query() == 0) {
+            if (settle_timeout_s > 0 &&
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+                        .count() > settle_timeout_s) {
+                stuck = true;
+                return false;
+            }
         }
     }
-    pending = false;
-    // A failed GPU-posted job's kernel: its waits were released (release_posted), it ends.
-    if (job_pending && fence.record(job_stream_device, job_stream)) {
-        while (fence.query() == 0) {
-        }
-    }
-    job_pending = false;
+    pending = job_pending = false;
+    return true;
+}
+
+void gpu_settle(twohop_comm *c) {
+    GpuHop1 &h = c->gpu_hop1;
+    const bool was = h.stuck;
+    if (h.settle() || was) return;
+    c->host.log(0, "the communicator's GPU work did not end within coll_twohop_timeout after a "
+                   "failed call; its registered memory and device buffers are kept until the "
+                   "process ends");
 }
 
 void GpuHop1::release_segment() {
-    settle();
+    if (!settle()) return; // the GPU may still write it: registered until the process ends
     if (shm_host) cuda::host_unregister(reg_device, shm_host);
     shm_host = shm_dev = nullptr;
     reg_device = -1;
@@ -242,7 +268,8 @@ void GpuHop1::release_segment() {
 
 GpuHop1::~GpuHop1() {
     release_segment(); // a failed call's work ends before the segment is unmapped
-    cuda::stream_destroy(job_stream_device, job_stream);
+    if (stuck) return; // GPU work that never ended may use all of the below: kept
+    cuda::stream_destroy(stream_device, stream);
     for (auto &dc : call_counters) cuda::device_free(dc.first, dc.second);
     if (ring) {
         cuda::host_unregister(ring_device, ring);
@@ -262,7 +289,8 @@ int gpu_hop1_post(twohop_comm *c, uint64_t off, uint64_t items, char *result,
     a.nout = 1;
     a.n = items * red.elems_per_item;
     choose_vector(&a, twohop_dtype_size(red.dtype), h.one_device);
-    if (!cuda::launch(h.device, kernel_name(red.dtype, red.op), &a, sizeof(a), a.n, stream)) {
+    if (!cuda::launch(h.device, kernel_name(red.dtype, red.op), &a, sizeof(a), a.n,
+                      stream ? stream : h.own_stream(h.device))) {
         return gpu_error(c, "the hop-1 kernel failed on local rank", c->topo.local_rank);
     }
     if (stream) return TWOHOP_OK; // the caller orders the work on its stream
@@ -273,7 +301,7 @@ int gpu_hop1_post(twohop_comm *c, uint64_t off, uint64_t items, char *result,
 
 int gpu_hop3_post(twohop_comm *c, char *dst, const char *src, uint64_t len) {
     GpuHop1 &h = c->gpu_hop1;
-    if (!cuda::copy_async(h.device, dst, src, len)) {
+    if (!cuda::copy_async(h.device, dst, src, len, h.own_stream(h.device))) {
         return gpu_error(c, "the hop-3 copy failed on local rank", c->topo.local_rank);
     }
     h.pending = true;
@@ -285,7 +313,7 @@ int gpu_hop1_test(twohop_comm *c) {
     GpuHop1 &h = c->gpu_hop1;
     if (!h.pending) return TWOHOP_OK;
     if (!h.fenced) {
-        if (!h.fence.record(h.device)) {
+        if (!h.fence.record(h.device, h.own_stream(h.device))) {
             return gpu_error(c, "recording a CUDA event failed on local rank",
                              c->topo.local_rank);
         }
@@ -565,7 +593,8 @@ int node_kernel(twohop_comm *c, const GpuDesc *peer, int device, bool one_device
                       a.in[0], a.out[0], a.in[1], a.out[1]);
         c->host.log(3, msg);
     }
-    if (!cuda::launch_and_wait(device, kernel_name(red.dtype, red.op), &a, sizeof(a), a.n)) {
+    if (!cuda::launch_and_wait(device, kernel_name(red.dtype, red.op), &a, sizeof(a), a.n,
+                               c->gpu_hop1.own_stream(device))) {
         return gpu_error(c, "the reduction kernel failed on local rank", me);
     }
     return TWOHOP_OK;
@@ -861,7 +890,7 @@ constexpr uint64_t kPostedWindow = 16;
 namespace {
 
 /*
- * The GPU's half of a GPU-posted call (the blocking form on twohop's stream, the
+ * The GPU's half of a GPU-posted call (the blocking form on the communicator's stream, the
  * stream-ordered form on the application's): the stream operations of segment k, enqueued by
  * the calling thread in the CPU-posted pipeline's order (start(0) .. start(depth - 1),
  * finish(0), start(depth), finish(1), ...; tail() ends the call). `ok` turns false at the
@@ -1343,16 +1372,7 @@ class GpuNodeJob : public twohop::Job {
         kernel_blocks_ = call_kernel_blocks(c_, red_, bytes(), device_);
         if (kernel_blocks_ <= 0 || !ensure_ring(c_, device_)) return false;
         if ((counters_ = call_counters(c_, device_, kBlockingCounters)) == nullptr) return false;
-        if (h.job_stream && h.job_stream_device != device_) {
-            h.settle();
-            cuda::stream_destroy(h.job_stream_device, h.job_stream);
-            h.job_stream = nullptr;
-        }
-        if (!h.job_stream) {
-            h.job_stream = cuda::stream_create(device_);
-            h.job_stream_device = device_;
-        }
-        return h.job_stream != nullptr;
+        return h.own_stream(device_) != nullptr;
     }
     /*
      * Several nodes, every local rank voted yes and can post: the blocking GPU-posted call's
@@ -1383,7 +1403,7 @@ class GpuNodeJob : public twohop::Job {
             return TWOHOP_ERR_NO_MEMORY;
         }
         posted_->backend.gates(); // segments whose sets are free need no wait on the GPU
-        PostedSchedule sched{c_, h.job_stream, h.ring_dev, s0_, count_, seg_items, nseg, red_,
+        PostedSchedule sched{c_, h.own_stream(device_), h.ring_dev, s0_, count_, seg_items, nseg, red_,
                              out_.device};
         sched.end_word = &h.ring_dev->drained;
         sched.end_value = 1;
@@ -1392,7 +1412,7 @@ class GpuNodeJob : public twohop::Job {
         h.job_pending = true;
         if (!sched.ok) {
             release_posted(c_, h.ring, s0_);
-            h.settle();
+            gpu_settle(c_);
             h.active = h.gather = false;
             posted_.reset();
             return gpu_error(c_, "launching the GPU-posted call kernel failed on local rank",
@@ -1435,7 +1455,7 @@ class GpuNodeJob : public twohop::Job {
     }
     /*
      * Several nodes, every local rank voted yes: the pipeline with hop 1 and hop 3 on the GPU
-     * (activate_hop1; PipelineJob polls twohop's stream, never waits for it), CPU-posted as
+     * (activate_hop1; PipelineJob polls the communicator's stream, never waits for it), CPU-posted as
      * the blocking call with coll_twohop_gpu_posted 0 -- the GPU-posted form's calling thread
      * enqueues more as results arrive, which a job advanced by MPI progress cannot. Hop 3
      * gathers on the GPU wherever the blocking CPU-posted call does (every local rank reads
@@ -1454,9 +1474,10 @@ class GpuNodeJob : public twohop::Job {
         state_ = kGpuPipeline;
         return advance();
     }
-    /* The pipeline ended (or the job is dropped): on failure twohop's stream drained first. */
+    /* The pipeline ended (or the job is dropped): on failure the communicator's stream
+     * drained first. */
     void end_gpu_pipeline(bool failed) {
-        if (failed) c_->gpu_hop1.settle();
+        if (failed) gpu_settle(c_);
         c_->gpu_hop1.active = false;
         c_->gpu_hop1.gather = false;
     }
@@ -1502,12 +1523,13 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
     const uint64_t s0 = c->seq;
     c->seq += nseg;
 
-    // 1. The call on twohop's stream (PostedSchedule). Enqueued by this thread while the proxy
+    // 1. The call on the communicator's stream (PostedSchedule). Enqueued by this thread while the proxy
     // runs the job (2.), at most kPostedWindow segments ahead of the hop-2 results: the
     // stream's queue stays short, so no enqueue ever blocks inside the driver behind a wait on
     // a gate that only the proxy opens (with the whole call enqueued first, hundreds of
     // segments filled it).
-    PostedSchedule sched{c, nullptr, h.ring_dev, s0, count, seg_items, nseg, red, out.device};
+    void *const st = h.own_stream(dev);
+    PostedSchedule sched{c, st, h.ring_dev, s0, count, seg_items, nseg, red, out.device};
     // One kernel for the whole call (posted_call.h) when this rank uses it.
     // (Without its counters, stream operations: this rank's choice.)
     int kernel_blocks = call_kernel_blocks(c, red, count * red.item_bytes, dev);
@@ -1537,7 +1559,7 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
         }
         if (sched.ok && next_k == nseg && kernel_blocks == 0) {
             sched.tail();
-            sched.ok = sched.ok && cuda::write_flag(dev, nullptr, &h.ring_dev->drained, 1);
+            sched.ok = sched.ok && cuda::write_flag(dev, st, &h.ring_dev->drained, 1);
             if (sched.ok) enqueued_all.store(true, std::memory_order_release);
         }
         if (!sched.ok) enqueue_failed.store(true, std::memory_order_release);
@@ -1605,20 +1627,34 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
     // back, tens of microseconds each when a thread must wake); large ones sleep meanwhile,
     // until `near` (then the caller spins for the GPU's last hop 3: its wake-up overlaps it).
     // The proxy was woken when the call began (run_call: prewake).
+    // Meanwhile the MPI's progress: this rank's other calls in flight (non-blocking calls on
+    // device buffers of other communicators, whose steps run on MPI threads; the MPI's own)
+    // must move while it waits here, because a peer may wait for them before it joins this
+    // call (MPI_Iallreduce(A); MPI_Allreduce(B); MPI_Wait(A) on one rank, MPI_Iallreduce(A);
+    // MPI_Wait(A); MPI_Allreduce(B) on another). This communicator is busy: the progress
+    // callback skips it. Often while such calls are queued, else every millisecond.
+    auto idle = [c]() -> bool {
+        c->host.progress();
+        return twohop::mpi_thread_work_queued();
+    };
     int rc;
     if (count * red.item_bytes >= c->posted_proxy_min_bytes) {
         rc = twohop::Proxy::instance().run(step, enqueue_more,
-                                           c->posted_wake_early ? &near : nullptr, &t_woke);
+                                           c->posted_wake_early ? &near : nullptr, &t_woke,
+                                           idle);
     } else {
-        for (bool more = true;;) {
+        bool busy = twohop::mpi_thread_work_queued();
+        bool more = true;
+        for (unsigned spins = 1;; ++spins) {
             if (more) more = enqueue_more();
             if ((rc = step()) != twohop::Proxy::kPending) break;
+            if (spins % (busy ? 16u : 1024u) == 0) busy = idle();
         }
     }
     // On failure: every wait of this rank's stream released, the stream drained.
     if (!sched.ok) {
         release_posted(c, h.ring, s0);
-        h.settle();
+        gpu_settle(c);
         return gpu_error(c, "enqueueing the GPU-posted call failed on local rank", me);
     }
     if (rc == twohop::Proxy::kStopped || rc == twohop::kPostedBadDescriptor) {
@@ -1628,7 +1664,7 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
     g_doorbells.fetch_add(bells, std::memory_order_relaxed);
     if (rc != TWOHOP_OK) {
         release_posted(c, h.ring, s0);
-        h.settle();
+        gpu_settle(c);
         return rc;
     }
     h.pending = false;

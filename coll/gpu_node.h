@@ -166,27 +166,40 @@ struct GpuHop1 {
     // mpirun's output forwarding delays the calls it measures.
     static constexpr size_t kWakeLogMax = 65536;
     std::vector<std::array<float, 2>> wake_log[64];
-    // GPU-posted non-blocking and persistent calls (gpu_node_job): the communicator's own
-    // stream (created on first use, on job_stream_device), so that a call kernel that waits for
-    // this communicator's hop 2 never holds up another communicator's GPU work (twohop's
-    // stream is the process's: calls on two communicators may be started in different orders
-    // on different ranks); job_pending: a call kernel was launched there and not seen to end.
-    void *job_stream = nullptr;
-    int job_stream_device = -1;
-    bool job_pending = false;
-    /* Waits (spinning) until the work enqueued on twohop's own stream and on the
-     * communicator's job stream has completed. */
-    void settle();
+    // The communicator's own stream (created on first use, on stream_device) for all of its
+    // GPU work outside the application's streams: the pipeline's hop-1 kernels and hop-3
+    // copies, the node's kernel, the GPU-posted call kernel (blocking, and as a job). A call
+    // kernel waits for this communicator's hop 2; on a stream of its own it never holds up
+    // another communicator's GPU work, whatever order the ranks start, wait for and interleave
+    // calls on several communicators in (twohop's stream is the process's). nullptr after a
+    // driver error: twohop's stream (the cuda:: calls' default) instead.
+    void *stream = nullptr;
+    int stream_device = -1;
+    bool job_pending = false;   // a GPU-posted job's kernel was launched and not seen to end
+    bool stuck = false;         // settle() gave up: GPU work may still use the buffers
+    double settle_timeout_s = 0; // settle()'s bound (coll_twohop_timeout; 0: none)
+    /* The communicator's stream on `device`, created on first use (re-created, after
+     * settle(), when the device changed); nullptr on a driver error. */
+    void *own_stream(int device);
+    /* Waits (spinning) until the work enqueued on the communicator's stream has completed --
+     * its kernels' waits released first where they wait for other ranks (release_posted).
+     * False when it did not within settle_timeout_s (`stuck`: the buffers and registrations
+     * that work may use are then never released). */
+    bool settle();
     /* settle(), then drops the segment's registration with the driver (before the segment is
      * handed to another communicator or unmapped). */
     void release_segment();
     ~GpuHop1();
 };
 
+/* c's GPU work settled (GpuHop1::settle) after a failed call; logs (always) when it did not end
+ * within coll_twohop_timeout. */
+void gpu_settle(twohop_comm *c);
+
 /* Enqueues hop 1 of one shard on the GPU: result = in_0 op ... op in_{L-1} over `items` items
  * at byte offset `off` of the message, into `result` (host shared memory). Returns at once;
- * gpu_hop1_test tells when it is done (on twohop's stream; with `stream`, on that stream, and
- * the caller orders it). */
+ * gpu_hop1_test tells when it is done (on the communicator's stream; with `stream`, on that
+ * stream, and the caller orders it). */
 int gpu_hop1_post(twohop_comm *c, uint64_t off, uint64_t items, char *result,
                   const twohop_reduction &red, void *stream = nullptr);
 
@@ -203,7 +216,7 @@ int gpu_hop1_test(twohop_comm *c);
 /*
  * GPU-posted pipeline (coll_twohop_gpu_posted = 1) of a multi-node call whose hop 1 the node
  * agreed to run on the GPU (c->gpu_hop1.active). By default the call's GPU side is one kernel
- * on twohop's stream (coll_twohop_posted_kernel_blocks, posted/posted_call.h) followed by a
+ * on the communicator's stream (coll_twohop_posted_kernel_blocks, posted/posted_call.h), then a
  * `drained` flag write; with coll_twohop_posted_kernel_blocks 0 the calling thread enqueues
  * stream operations per segment instead, at most 16 segments ahead of hop 2, in the CPU-posted
  * pipeline's order (start(0) .. start(depth - 1), finish(0), start(depth), finish(1), ...):

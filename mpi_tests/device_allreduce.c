@@ -30,6 +30,11 @@
  *          node's vote usually completes only in the wait, so mostly none is). 4 and
  *          1 MiB of floats and 300001 ints, 3 rounds, exact results. --warm: the buffers
  *          allocated once, and a first round started in the same order on every rank.
+ *        device_allreduce interleave [--warm]
+ *          MPI_Iallreduce on one duplicate of MPI_COMM_WORLD, then MPI_Allreduce on another,
+ *          the wait for the first after the blocking call on even ranks and before it on odd
+ *          ranks (rr:2 virtual nodes: the two nodes differ): the blocking call must let the
+ *          MPI's progress move the call in flight (check_interleave says more).
  *        device_allreduce self
  *          single-rank communicators (MPI_COMM_SELF, a split that leaves every rank alone) in
  *          the three forms, device/managed/pool/pinned buffers, in place and not, a vector
@@ -404,6 +409,121 @@ static int check_cross(bool sync, bool warm) {
     return all != 0;
 }
 
+/* Fills n items of type t on the device (values of rank r, salt) and the receive buffer with
+ * 0x7F bytes. */
+static void fill_dev(void *sb, void *rb, long n, MPI_Datatype t, int r, int salt, char *h) {
+    const size_t es = t == MPI_INT ? sizeof(int) : sizeof(float);
+    for (long i = 0; i < n; i++) {
+        const int v = val_t(t, r, i, salt);
+        if (t == MPI_INT) ((int *)h)[i] = v;
+        else ((float *)h)[i] = (float)v;
+    }
+    CK(cudaMemcpy(sb, h, n * es, cudaMemcpyHostToDevice));
+    CK(cudaMemset(rb, 0x7F, n * es));
+}
+
+/* Items of rb that differ from the sum over ranks of fill_dev's values (salt). */
+static long wrong_dev(const void *rb, long n, MPI_Datatype t, int salt, char *h) {
+    const size_t es = t == MPI_INT ? sizeof(int) : sizeof(float);
+    CK(cudaMemcpy(h, rb, n * es, cudaMemcpyDeviceToHost));
+    long bad = 0;
+    for (long i = 0; i < n; i++) {
+        long want = 0;
+        for (int q = 0; q < size; q++) want += val_t(t, q, i, salt);
+        const double got = t == MPI_INT ? ((int *)h)[i] : ((float *)h)[i];
+        if (got != (double)want) bad++;
+    }
+    return bad;
+}
+
+/*
+ * A blocking call on one communicator while a non-blocking call on another is in flight
+ * (usage: mode interleave): every rank starts MPI_Iallreduce on A; even ranks then call
+ * MPI_Allreduce on B and wait for A after it, odd ranks wait for A first (legal: MPI's progress
+ * rule). Under rr:2 virtual nodes the nodes differ: the blocking call (GPU-posted by default)
+ * waits for the other node, which waits for A, which moves on the even ranks only while they
+ * are inside the blocking call. New buffers each round (--warm: allocated once, a first round
+ * in the same order everywhere). Sizes: the blocking call handed to the proxy thread (4 and
+ * 2 MiB) and driven by the calling thread (64 KiB). Exact results; the counters: every A
+ * served non-blocking, and with --expect-hop1 / --expect-posted every call with GPU hop 1 and
+ * every B GPU-posted.
+ */
+static int check_interleave(bool warm) {
+    MPI_Comm comm[2];
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm[0]);
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm[1]);
+    const long na[] = {1l << 20, 1l << 18, 300001};
+    const long nb[] = {1l << 20, 1l << 14, 1l << 19};
+    const MPI_Datatype ta[] = {MPI_FLOAT, MPI_FLOAT, MPI_INT};
+    const size_t cap = 4u << 20;
+    void *wb[4] = {NULL, NULL, NULL, NULL};
+    char *h = malloc(cap);
+    int bad_total = 0;
+    const struct twohop_counts c0 = twohop_pvars_read(&pv);
+    if (warm) {
+        for (int k = 0; k < 4; k++) {
+            CK(cudaMalloc(&wb[k], cap));
+            CK(cudaMemset(wb[k], 0, cap));
+        }
+        MPI_Request req;
+        MPI_Iallreduce(wb[0], wb[1], 1 << 20, MPI_FLOAT, MPI_SUM, comm[0], &req);
+        MPI_Wait(&req, MPI_STATUS_IGNORE);
+        MPI_Allreduce(wb[2], wb[3], 1 << 20, MPI_FLOAT, MPI_SUM, comm[1]);
+    }
+    for (int c = 0; c < 3; c++) {
+        for (int round = 0; round < 3; round++) {
+            void *b[4];
+            const size_t ea = ta[c] == MPI_INT ? sizeof(int) : sizeof(float);
+            for (int k = 0; k < 4; k++) {
+                if (warm) b[k] = wb[k];
+                else CK(cudaMalloc(&b[k], (k < 2 ? na[c] * ea : nb[c] * sizeof(float))));
+            }
+            fill_dev(b[0], b[1], na[c], ta[c], rank, round, h);
+            fill_dev(b[2], b[3], nb[c], MPI_FLOAT, rank, round + 7, h);
+            MPI_Request req;
+            int rc = MPI_Iallreduce(b[0], b[1], (int)na[c], ta[c], MPI_SUM, comm[0], &req);
+            int rb_rc, wa_rc;
+            if (rank % 2 == 0) {
+                rb_rc = MPI_Allreduce(b[2], b[3], (int)nb[c], MPI_FLOAT, MPI_SUM, comm[1]);
+                wa_rc = MPI_Wait(&req, MPI_STATUS_IGNORE);
+            } else {
+                wa_rc = MPI_Wait(&req, MPI_STATUS_IGNORE);
+                rb_rc = MPI_Allreduce(b[2], b[3], (int)nb[c], MPI_FLOAT, MPI_SUM, comm[1]);
+            }
+            const long bad = wrong_dev(b[1], na[c], ta[c], round, h) +
+                             wrong_dev(b[3], nb[c], MPI_FLOAT, round + 7, h);
+            for (int k = 0; !warm && k < 4; k++) CK(cudaFree(b[k]));
+            if (rc != MPI_SUCCESS || rb_rc != MPI_SUCCESS || wa_rc != MPI_SUCCESS || bad) {
+                printf("FAIL rank %d: interleave A=%ld B=%ld round %d: rc %d/%d/%d, %ld wrong\n",
+                       rank, na[c], nb[c], round, rc, rb_rc, wa_rc, bad);
+                bad_total++;
+            }
+        }
+    }
+    const struct twohop_counts c1 = twohop_pvars_read(&pv);
+    const unsigned long long calls = 9 + (warm ? 1 : 0);
+    if (!pv.found || c1.nonblocking - c0.nonblocking != calls ||
+        (expect_hop1 && c1.gpu_hop1 - c0.gpu_hop1 != 2 * calls) ||
+        (expect_posted && c1.posted - c0.posted != calls)) {
+        printf("FAIL rank %d: interleave: twohop served %llu of %llu A calls non-blocking, "
+               "%llu of %llu calls with hop 1 on the GPU, %llu B calls GPU-posted%s\n", rank,
+               c1.nonblocking - c0.nonblocking, calls, c1.gpu_hop1 - c0.gpu_hop1, 2 * calls,
+               c1.posted - c0.posted, pv.found ? "" : " (counters missing)");
+        bad_total++;
+    }
+    for (int k = 0; warm && k < 4; k++) CK(cudaFree(wb[k]));
+    free(h);
+    MPI_Comm_free(&comm[0]);
+    MPI_Comm_free(&comm[1]);
+    int all = 0;
+    MPI_Allreduce(&bad_total, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (rank == 0) {
+        printf("device_allreduce interleave%s: %s (%d failures)\n", warm ? " --warm" : "",
+               all ? "FAIL" : "ok", all);
+    }
+    return all != 0;
+}
+
 /* Single-rank communicators in every form and memory kind (usage: mode self). */
 static int check_self(void) {
     MPI_Op usum;
@@ -624,7 +744,8 @@ int main(int argc, char **argv) {
     }
     int rc = !strcmp(mode, "bench") ? bench(stage, pinned, max_bytes)
              : !strcmp(mode, "self") ? check_self()
-             : !strcmp(mode, "cross") ? check_cross(sync, warm) : check(expect);
+             : !strcmp(mode, "cross") ? check_cross(sync, warm)
+             : !strcmp(mode, "interleave") ? check_interleave(warm) : check(expect);
     twohop_pvars_close(&pv);
     CK(cudaMemPoolDestroy(custom_pool));
     MPI_Finalize();

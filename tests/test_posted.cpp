@@ -151,6 +151,43 @@ TEST(Proxy, CallerWokenNearTheEndSpinsBoundedThenSleeps) {
     EXPECT_LT(caller, 0.02) << "the caller used " << caller << " s of CPU";
 }
 
+// run(..., idle): the waiting caller does work the job's end depends on (a blocking call's MPI
+// progress, which moves another call a peer waits for before it joins this one): a job that
+// ends only after the caller's idle() ran 5 times ends, asleep (near given) or not. With idle()
+// saying nothing more waits, the caller wakes about every Proxy::kIdlePeriod: a 200 ms job
+// costs it little CPU.
+TEST(Proxy, WaitingCallerRunsIdleWork) {
+    Proxy p;
+    for (const bool with_near : {true, false}) {
+        std::atomic<int> idles{0};
+        std::atomic<bool> near{false};
+        const int st = p.run([&] { return idles.load() >= 5 ? 3 : Proxy::kPending; }, nullptr,
+                             with_near ? &near : nullptr, nullptr, [&] {
+                                 idles.fetch_add(1);
+                                 return true;
+                             });
+        EXPECT_EQ(st, 3);
+        EXPECT_GE(idles.load(), 5);
+    }
+    std::atomic<int> idles{0};
+    std::atomic<bool> near{false};
+    const auto end_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+    timespec a, b;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
+    const int st = p.run(
+        [&] { return std::chrono::steady_clock::now() >= end_at ? 0 : Proxy::kPending; },
+        nullptr, &near, nullptr, [&] {
+            idles.fetch_add(1);
+            return false;
+        });
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
+    EXPECT_EQ(st, 0);
+    EXPECT_GE(idles.load(), 20); // about 200 at one per millisecond; a loaded machine wakes later
+    EXPECT_LE(idles.load(), 400);
+    const double caller = (b.tv_sec - a.tv_sec) + 1e-9 * (b.tv_nsec - a.tv_nsec);
+    EXPECT_LT(caller, 0.05) << "the caller used " << caller << " s of CPU";
+}
+
 // run(..., near, &woke): `woke` is when the caller left its sleep: after `near` turned true
 // (here, well before the end), or after the end when `near` never came.
 TEST(Proxy, ReportsWhenTheCallerWoke) {

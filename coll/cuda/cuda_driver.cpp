@@ -531,10 +531,10 @@ int resident_blocks(int device, const char *name, unsigned threads) {
 }
 
 bool launch_and_wait(int device, const char *name, const void *args, std::size_t arg_bytes,
-                     unsigned long long n) {
-    if (!launch(device, name, args, arg_bytes, n)) return false;
+                     unsigned long long n, void *stream) {
+    if (!launch(device, name, args, arg_bytes, n, stream)) return false;
     CtxScope ctx(device);
-    CUstream st = ctx.ok() ? own_stream(device) : nullptr;
+    CUstream st = !ctx.ok() ? nullptr : stream ? static_cast<CUstream>(stream) : own_stream(device);
     return st && ok(g_drv.stream_synchronize(st), "cuStreamSynchronize (kernel)");
 }
 #else
@@ -547,7 +547,7 @@ bool launch_grid(int, const char *, const void *, std::size_t, unsigned, unsigne
     return false;
 }
 int resident_blocks(int, const char *, unsigned) { return 0; }
-bool launch_and_wait(int, const char *, const void *, std::size_t, unsigned long long) {
+bool launch_and_wait(int, const char *, const void *, std::size_t, unsigned long long, void *) {
     return false;
 }
 #endif
@@ -764,7 +764,7 @@ bool launch_grid(int, const char *, const void *, std::size_t, unsigned, unsigne
     return false;
 }
 int resident_blocks(int, const char *, unsigned) { return 0; }
-bool launch_and_wait(int, const char *, const void *, std::size_t, unsigned long long) {
+bool launch_and_wait(int, const char *, const void *, std::size_t, unsigned long long, void *) {
     return false;
 }
 bool sync_input(int) { return false; }

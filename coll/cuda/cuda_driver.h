@@ -111,9 +111,9 @@ int resident_blocks(int device, const char *name, unsigned threads);
  * effect). */
 void *stream_create(int device);
 void stream_destroy(int device, void *stream);
-/* launch, then waits for twohop's stream on `device`. */
+/* launch on `stream` (default: twohop's stream on `device`), then waits for that stream. */
 bool launch_and_wait(int device, const char *name, const void *args, std::size_t arg_bytes,
-                     unsigned long long n);
+                     unsigned long long n, void *stream = nullptr);
 /*
  * Enqueues a copy of n bytes (unified addresses; host memory must be registered or pinned for
  * the copy to be asynchronous) on twohop's stream on `device`, after the work launched there.

@@ -16,7 +16,8 @@ int Proxy::run(std::function<int()> step, const std::function<bool()> &alongside
 }
 
 int Proxy::run(std::function<int()> step, const std::function<bool()> &alongside,
-               const std::atomic<bool> *near, std::chrono::steady_clock::time_point *woke) {
+               const std::atomic<bool> *near, std::chrono::steady_clock::time_point *woke,
+               const std::function<bool()> &idle) {
     Job job;
     job.step = std::move(step);
     job.near = near;
@@ -27,19 +28,33 @@ int Proxy::run(std::function<int()> step, const std::function<bool()> &alongside
     queued_.fetch_add(1, std::memory_order_release);
     work_.notify_one();
     lock.unlock();
+    bool busy = false; // idle() asked to be called again soon
     for (bool more = static_cast<bool>(alongside);
          more && !job.finished.load(std::memory_order_acquire);) {
         more = alongside();
+        if (idle) busy = idle();
         if (more) std::this_thread::sleep_for(kAlongsidePause);
     }
     auto finished = [&job] { return job.finished.load(std::memory_order_acquire); };
+    // Sleeps until `until` holds, waking for idle() (lock held on entry and exit).
+    auto sleep = [&](const std::function<bool()> &until) {
+        if (!idle) {
+            done_.wait(lock, until);
+            return;
+        }
+        while (!done_.wait_for(lock, busy ? kIdleBusyPeriod : kIdlePeriod, until)) {
+            lock.unlock();
+            busy = idle();
+            lock.lock();
+        }
+    };
     if (near == nullptr) {
         const auto until = std::chrono::steady_clock::now() + kSpin;
         while (!finished() && std::chrono::steady_clock::now() < until) {
         }
     } else {
         lock.lock();
-        done_.wait(lock, [&] { return finished() || near->load(std::memory_order_acquire); });
+        sleep([&] { return finished() || near->load(std::memory_order_acquire); });
         lock.unlock();
         if (woke != nullptr) *woke = std::chrono::steady_clock::now();
         const auto until = std::chrono::steady_clock::now() + kNearSpin;
@@ -47,7 +62,7 @@ int Proxy::run(std::function<int()> step, const std::function<bool()> &alongside
         }
     }
     lock.lock();
-    done_.wait(lock, finished);
+    sleep(finished);
     return job.status;
 }
 

@@ -78,8 +78,18 @@ class Proxy {
      */
     int run(std::function<int()> step, const std::function<bool()> &alongside,
             const std::atomic<bool> *near,
-            std::chrono::steady_clock::time_point *woke = nullptr);
+            std::chrono::steady_clock::time_point *woke = nullptr,
+            const std::function<bool()> &idle = {});
     static constexpr std::chrono::microseconds kNearSpin{250};
+    /*
+     * `idle` (may be empty): work the waiting caller does while its job runs -- a blocking
+     * call's MPI progress, so that calls in flight elsewhere on this rank move while it waits
+     * (a peer may wait for them before it joins this call). The caller wakes from its sleeps
+     * every kIdlePeriod to call it, or every kIdleBusyPeriod after it returned true (more work
+     * is waiting for it), and whenever it pauses between `alongside` calls.
+     */
+    static constexpr std::chrono::microseconds kIdlePeriod{1000};
+    static constexpr std::chrono::microseconds kIdleBusyPeriod{20};
 
     /*
      * Wakes a sleeping proxy thread to spin up to kPrewakeSpin for a job that is about to be

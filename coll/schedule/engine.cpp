@@ -340,6 +340,11 @@ void forget_comm(twohop_comm *c) {
     c->completed.clear();
 }
 
+bool mpi_thread_work_queued() {
+    return g_queued.load(std::memory_order_relaxed) >
+           g_async_queued.load(std::memory_order_relaxed);
+}
+
 int progress_all(bool async_only) {
     if (g_queued.load(std::memory_order_relaxed) == 0) return 0;
     if (!async_only) g_mpi_progress_ns.store(now_ns(), std::memory_order_relaxed);

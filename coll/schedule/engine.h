@@ -117,6 +117,11 @@ int submit_job(twohop_comm *c, std::unique_ptr<Job> job, twohop_done_fn done, vo
  * nothing is queued. */
 int progress_all(bool async_only = false);
 
+/* True while calls are queued that only threads inside MPI advance (no async_ok): a blocking
+ * call that waits without the MPI's progress (the GPU-posted call) then runs it often. A
+ * hint (relaxed loads), never a decision of what a rank does. */
+bool mpi_thread_work_queued();
+
 } // namespace twohop
 
 #endif
