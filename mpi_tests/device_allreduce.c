@@ -21,7 +21,7 @@
  *          64 KiB or more run hop 1 and hop 3 on the GPU (coll_twohop_gpu_hop1_calls), in
  *          every form; --expect-posted: those cases GPU-posted too
  *          (coll_twohop_gpu_posted_calls).
- *        device_allreduce cross [--sync] [--warm]
+ *        device_allreduce cross [--sync] [--warm | --prime]
  *          two duplicates of MPI_COMM_WORLD, MPI_Iallreduce on device buffers started on both
  *          in opposite orders on even and odd ranks, then MPI_Waitall (legal for non-blocking
  *          collectives): GPU work of one communicator that waits for its hop 2 must never hold
@@ -30,6 +30,9 @@
  *          node's vote usually completes only in the wait, so mostly none is). 4 and
  *          1 MiB of floats and 300001 ints, 3 rounds, exact results. --warm: the buffers
  *          allocated once, and a first round started in the same order on every rank.
+ *          --prime: that first round on buffers of its own, new buffers in every round after
+ *          it (the communicators' own GPU resources exist before the crossed rounds, the
+ *          peers' buffers are new in each).
  *        device_allreduce interleave [--warm]
  *          MPI_Iallreduce on one duplicate of MPI_COMM_WORLD, then MPI_Allreduce on another,
  *          the wait for the first after the blocking call on even ranks and before it on odd
@@ -53,15 +56,23 @@
  *          the node's PCIe bandwidth that host-staged hop 2 must go through twice; --repeat:
  *          the whole sweep R times in the same run (rows printed each time).
  * Each rank uses GPU (local rank mod device count). Exit 0 on success.
+ * DEVICE_ALLREDUCE_STACKS=S: S seconds after MPI_Init every thread prints its stack (a hang's
+ * diagnosis; stderr).
  */
 #define _GNU_SOURCE
 #include <cuda_runtime.h>
+#include <dirent.h>
+#include <execinfo.h>
 #include <mpi.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "twohop_half.h"
 #include "twohop_pvars.h"
@@ -301,7 +312,7 @@ static void user_sum(void *in, void *inout, int *len, MPI_Datatype *t) {
 }
 
 /* Two communicators' non-blocking calls started in opposite orders (usage: mode cross). */
-static int check_cross(bool sync, bool warm) {
+static int check_cross(bool sync, bool warm, bool prime) {
     MPI_Comm comm[2];
     MPI_Comm_dup(MPI_COMM_WORLD, &comm[0]);
     MPI_Comm_dup(MPI_COMM_WORLD, &comm[1]);
@@ -313,7 +324,7 @@ static int check_cross(bool sync, bool warm) {
      * (so each communicator has mapped its peers' buffers before the crossed rounds). */
     void *wsb[2] = {NULL, NULL}, *wrb[2] = {NULL, NULL};
     MPI_Status wst[2]; /* not MPI_STATUSES_IGNORE: MPICH's prototype makes GCC see size 0 */
-    if (warm) {
+    if (warm || prime) {
         MPI_Request req[2];
         for (int k = 0; k < 2; k++) {
             CK(cudaMalloc(&wsb[k], 4u << 20));
@@ -382,8 +393,8 @@ static int check_cross(bool sync, bool warm) {
     }
     /* 18 calls, every one served by twohop's non-blocking form (and GPU-posted, asked for). */
     const struct twohop_counts c1 = twohop_pvars_read(&pv);
-    const unsigned long long calls = warm ? 20 : 18;
-    for (int k = 0; warm && k < 2; k++) {
+    const unsigned long long calls = warm || prime ? 20 : 18;
+    for (int k = 0; (warm || prime) && k < 2; k++) {
         CK(cudaFree(wsb[k]));
         CK(cudaFree(wrb[k]));
     }
@@ -403,8 +414,8 @@ static int check_cross(bool sync, bool warm) {
     int all = 0;
     MPI_Allreduce(&bad_total, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (rank == 0) {
-        printf("device_allreduce cross%s%s: %s (%d failures)\n", sync ? " --sync" : "",
-               warm ? " --warm" : "", all ? "FAIL" : "ok", all);
+        printf("device_allreduce cross%s%s%s: %s (%d failures)\n", sync ? " --sync" : "",
+               warm ? " --warm" : "", prime ? " --prime" : "", all ? "FAIL" : "ok", all);
     }
     return all != 0;
 }
@@ -522,6 +533,45 @@ static int check_interleave(bool warm) {
                all ? "FAIL" : "ok", all);
     }
     return all != 0;
+}
+
+/* DEVICE_ALLREDUCE_STACKS=S (diagnosing a hang): S seconds after MPI_Init every thread of
+ * the process prints its stack (backtrace_symbols_fd to stderr: "object(+offset)" frames for
+ * addr2line), one thread at a time. */
+static void stack_handler(int sig) {
+    (void)sig;
+    void *frames[64];
+    const int n = backtrace(frames, 64);
+    char head[80];
+    const int len = snprintf(head, sizeof(head), "== stack of rank %d thread %ld\n", rank,
+                             (long)syscall(SYS_gettid));
+    if (write(2, head, (size_t)len) < 0) return;
+    backtrace_symbols_fd(frames, n, 2);
+}
+
+static void *stack_watchdog(void *arg) {
+    sleep((unsigned)(long)arg);
+    DIR *d = opendir("/proc/self/task");
+    if (d == NULL) return NULL;
+    const long me = (long)syscall(SYS_gettid);
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        const long tid = atol(e->d_name);
+        if (tid <= 0 || tid == me) continue;
+        syscall(SYS_tgkill, (long)getpid(), tid, SIGUSR2);
+        usleep(300000);
+    }
+    closedir(d);
+    return NULL;
+}
+
+static void stacks_after(void) {
+    const char *s = getenv("DEVICE_ALLREDUCE_STACKS");
+    if (s == NULL || atol(s) <= 0) return;
+    void *warm[4];
+    (void)backtrace(warm, 4); /* loads the unwinder now, not in the handler */
+    signal(SIGUSR2, stack_handler);
+    pthread_t t;
+    if (pthread_create(&t, NULL, stack_watchdog, (void *)atol(s)) == 0) pthread_detach(t);
 }
 
 /* Single-rank communicators in every form and memory kind (usage: mode self). */
@@ -702,6 +752,7 @@ int main(int argc, char **argv) {
     CK(cudaGetDeviceCount(&ndev));
     CK(cudaSetDevice(lr ? atoi(lr) % ndev : 0));
     MPI_Init(&argc, &argv);
+    stacks_after();
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN); /* report the case, not abort */
@@ -718,6 +769,7 @@ int main(int argc, char **argv) {
     t_f16 = twohop_type_float16();
     const char *mode = argc > 1 ? argv[1] : "check";
     bool expect = false, stage = false, pinned = false, sync = false, warm = false;
+    bool prime = false;
     size_t max_bytes = 256u << 20;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--expect-twohop")) expect = true;
@@ -727,6 +779,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--stage")) stage = true;
         else if (!strcmp(argv[i], "--sync")) sync = true;
         else if (!strcmp(argv[i], "--warm")) warm = true;
+        else if (!strcmp(argv[i], "--prime")) prime = true;
         else if (!strcmp(argv[i], "--pinned")) pinned = true;
         else if (!strcmp(argv[i], "--max") && i + 1 < argc) max_bytes = strtoull(argv[++i], NULL, 0);
         else if (!strcmp(argv[i], "--min") && i + 1 < argc) g_min_bytes = strtoull(argv[++i], NULL, 0);
@@ -744,7 +797,7 @@ int main(int argc, char **argv) {
     }
     int rc = !strcmp(mode, "bench") ? bench(stage, pinned, max_bytes)
              : !strcmp(mode, "self") ? check_self()
-             : !strcmp(mode, "cross") ? check_cross(sync, warm)
+             : !strcmp(mode, "cross") ? check_cross(sync, warm, prime)
              : !strcmp(mode, "interleave") ? check_interleave(warm) : check(expect);
     twohop_pvars_close(&pv);
     CK(cudaMemPoolDestroy(custom_pool));

@@ -84,7 +84,8 @@
 #          timings (overlap table, forms_bench).
 #   cross: only the checks of calls on two communicators in different orders (device_allreduce
 #          cross and interleave, 4 ranks on two virtual nodes; CROSS_COLD=1: also the GPU-posted
-#          job with new buffers each round).
+#          job with new buffers each round, after a first round in the same order (--prime) and
+#          without; CROSS_TIMEOUT: each run's watchdog, default 120 s).
 #   firstrow: one node, 8 ranks on one GPU, the bench's first rows in five sweeps (the size,
 #          the buffers' size and the sweep's position changed one at a time).
 #   node8: one node, 8 and 4 ranks on one GPU, device buffers 8 B - 1 MiB (device_allreduce
@@ -792,13 +793,13 @@ fi
 # CPU-posted pipeline) with and without a cudaDeviceSynchronize before the wait, new buffers
 # each round; the GPU-posted job with buffers allocated once and a first round in the same order
 # (--warm; with new buffers each round it hung: docs/design.md, "Not handled yet"; CROSS_COLD=1
-# tries that case too). device_allreduce interleave (a blocking call while a non-blocking call
+# tries that case too, with --prime and without). device_allreduce interleave (a blocking call while a non-blocking call
 # of another communicator is in flight, waited for after it on one node, before it on the
 # other), new buffers each round and --warm: the blocking call GPU-posted.
 cross_checks() {
     local runs=("cross|" "cross|--sync" "cross|--warm --expect-posted" "interleave|--expect-posted"
                 "interleave|--warm --expect-posted")
-    [[ ${CROSS_COLD:-0} == 1 ]] && runs+=("cross|--expect-posted")
+    [[ ${CROSS_COLD:-0} == 1 ]] && runs+=("cross|--prime --expect-posted" "cross|--expect-posted")
     local r what args t0 tag
     for r in "${runs[@]}"; do
         what=${r%%|*}
