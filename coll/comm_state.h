@@ -108,6 +108,7 @@ struct twohop_comm {
     GpuStaging gpu_staging[2];     // [0] input, [1] output, for buffers IPC cannot share
     GpuHop1 gpu_hop1;              // >1 node: hop 1 on the GPU for this call
     bool gpu_decline_logged = false; // "a peer GPU is out of reach" said once (verbose 1)
+    bool gpu_stale_logged = false;   // "a stale mapping would be closed" said once (verbose 1)
     GpuPathClock gpu_clock;        // verbose >= 2: the GPU path's phases (gpu_node.h)
 
     twohop::ucx::Worker *worker = nullptr; // non-null only with more than one node

@@ -208,6 +208,16 @@ int gpu_error(twohop_comm *c, const char *what, int rank) {
 namespace {
 std::atomic<unsigned long long> g_gpu_calls{0};
 std::atomic<unsigned long long> g_hop1_calls{0};
+/*
+ * Call kernels of this process that may wait for other nodes (the GPU-posted call kernel or
+ * its stream operations: blocking, as a job, stream-ordered), launched and not yet seen to end.
+ * While any is, a vote whose mapping of a peer's buffer would first close a stale CUDA IPC
+ * mapping says no (vote_publish): cuIpcCloseMemHandle waits for the process's GPU work, that
+ * kernel waits for another node, and the other node may wait for this call.
+ */
+std::atomic<int> g_waiting_kernels{0};
+void waiting_kernel_begin() { g_waiting_kernels.fetch_add(1, std::memory_order_acq_rel); }
+void waiting_kernel_end() { g_waiting_kernels.fetch_sub(1, std::memory_order_acq_rel); }
 } // namespace
 
 extern "C" const unsigned long long *twohop_gpu_hop1_calls_counter(void) {
@@ -246,6 +256,7 @@ bool GpuHop1::settle() {
             }
         }
     }
+    if (job_pending) waiting_kernel_end();
     pending = job_pending = false;
     return true;
 }
@@ -385,6 +396,25 @@ int vote_publish(twohop_comm *c, const GpuDesc &d, int device, uint64_t s, GpuDe
                           "from this rank's GPU (no peer access); device buffers go through "
                           "host memory", l, peer[l].pci);
             c->host.log(1, msg);
+        }
+    }
+    // Mapping the peers' buffers must not close a stale mapping while a call kernel of this
+    // process waits for other nodes (g_waiting_kernels): then this call runs on the host.
+    if (ok && g_waiting_kernels.load(std::memory_order_acquire) > 0) {
+        for (int l = 0; ok && l < L; ++l) {
+            if (l == c->topo.local_rank) continue;
+            const GpuDesc::Buffer *b[2] = {&peer[l].send, &peer[l].recv};
+            for (const GpuDesc::Buffer *x : b) {
+                ok = ok && !cuda::ipc_open_closes(
+                               device, cuda::PeerAllocation{peer[l].pid, x->base, x->id, x->size});
+            }
+        }
+        if (!ok && !c->gpu_stale_logged) {
+            c->gpu_stale_logged = true;
+            c->host.log(1, "GPU path not taken for a call: mapping a local rank's new buffer "
+                           "would first close a stale CUDA IPC mapping, which waits for this "
+                           "process's GPU work, while a GPU-posted call kernel waits for other "
+                           "nodes; such calls run on the host");
         }
     }
     RankFlags &mine = c->shm.flags(c->topo.local_rank);
@@ -1408,8 +1438,9 @@ class GpuNodeJob : public twohop::Job {
         sched.end_word = &h.ring_dev->drained;
         sched.end_value = 1;
         sched.bounded = true;
-        sched.call(counters_, kernel_blocks_);
+        waiting_kernel_begin(); // ended where job_pending is cleared
         h.job_pending = true;
+        sched.call(counters_, kernel_blocks_);
         if (!sched.ok) {
             release_posted(c_, h.ring, s0_);
             gpu_settle(c_);
@@ -1431,7 +1462,8 @@ class GpuNodeJob : public twohop::Job {
         GpuHop1 &h = c_->gpu_hop1;
         g_doorbells.fetch_add(posted_->job.doorbells(), std::memory_order_relaxed);
         if (rc == TWOHOP_OK) {
-            h.job_pending = false;
+            h.job_pending = false; // the kernel wrote `drained`, its last act
+            waiting_kernel_end();
             gpu_hop1_done();
             g_posted_calls.fetch_add(1, std::memory_order_relaxed);
         } else {
@@ -1522,6 +1554,9 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
     twohop::reset(h.ring);
     const uint64_t s0 = c->seq;
     c->seq += nseg;
+    // Its kernel (or stream operations) may wait for other nodes until the call ends: see
+    // g_waiting_kernels. Ended below once the GPU side is seen to end.
+    waiting_kernel_begin();
 
     // 1. The call on the communicator's stream (PostedSchedule). Enqueued by this thread while the proxy
     // runs the job (2.), at most kPostedWindow segments ahead of the hop-2 results: the
@@ -1655,6 +1690,7 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
     if (!sched.ok) {
         release_posted(c, h.ring, s0);
         gpu_settle(c);
+        if (!h.stuck) waiting_kernel_end();
         return gpu_error(c, "enqueueing the GPU-posted call failed on local rank", me);
     }
     if (rc == twohop::Proxy::kStopped || rc == twohop::kPostedBadDescriptor) {
@@ -1665,9 +1701,11 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
     if (rc != TWOHOP_OK) {
         release_posted(c, h.ring, s0);
         gpu_settle(c);
+        if (!h.stuck) waiting_kernel_end();
         return rc;
     }
     h.pending = false;
+    waiting_kernel_end(); // `drained` was seen: the GPU side ended
     g_posted_calls.fetch_add(1, std::memory_order_relaxed);
     // The tail this call took (the proxy's steps ended: this thread reads alone), the next
     // call's prediction; one outlier delays one call's early wake-up at most.
@@ -1844,9 +1882,12 @@ class StreamPostedJob : public twohop::Job {
           job_(slot.ring, &backend_, s0, nseg, 0, TWOHOP_ERR_TIMEOUT), bytes_(count * red.item_bytes),
           timed_(c->verbose >= 3) {
         if (timed_) t_queued_ = Clock::now();
+        waiting_kernel_begin(); // the call's kernel, enqueued after this job is queued
     }
     ~StreamPostedJob() override {
+        // Ended, or its waits released here (it then ends without other nodes).
         if (!finished_) release_posted(c_, slot_.ring, s0_);
+        waiting_kernel_end();
         slot_.job_live->store(false, std::memory_order_release);
     }
     int advance() override {

@@ -414,8 +414,10 @@ static int check_cross(bool sync, bool warm, bool prime) {
     int all = 0;
     MPI_Allreduce(&bad_total, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (rank == 0) {
-        printf("device_allreduce cross%s%s%s: %s (%d failures)\n", sync ? " --sync" : "",
-               warm ? " --warm" : "", prime ? " --prime" : "", all ? "FAIL" : "ok", all);
+        printf("device_allreduce cross%s%s%s: %s (%d failures; rank 0: %llu of %llu calls "
+               "with GPU hop 1, %llu GPU-posted)\n", sync ? " --sync" : "",
+               warm ? " --warm" : "", prime ? " --prime" : "", all ? "FAIL" : "ok", all,
+               c1.gpu_hop1 - c0.gpu_hop1, calls, c1.posted - c0.posted);
     }
     return all != 0;
 }

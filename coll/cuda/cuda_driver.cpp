@@ -373,6 +373,21 @@ void *ipc_open(int device, const PeerAllocation &a, const unsigned char handle[k
     return reinterpret_cast<void *>(p);
 }
 
+bool ipc_open_closes(int device, const PeerAllocation &a) {
+    std::lock_guard<std::mutex> lock(g_ipc_m);
+    const auto key = std::make_tuple(device, a.pid, a.base);
+    auto it = g_ipc_cache.find(key);
+    if (it != g_ipc_cache.end()) return it->second.buffer_id != a.buffer_id;
+    for (const auto &e : g_ipc_cache) { // a stale mapping of the peer overlapping it elsewhere
+        const unsigned long long b = std::get<2>(e.first), n = e.second.size;
+        if (std::get<0>(e.first) == device && std::get<1>(e.first) == a.pid && n != 0 &&
+            a.size != 0 && b < a.base + a.size && a.base < b + n) {
+            return true;
+        }
+    }
+    return false;
+}
+
 // Device identities and peer access do not change while the process runs: cached.
 std::mutex g_dev_mutex;
 std::map<int, std::string> g_pci_of;
@@ -752,6 +767,7 @@ bool pointer_info(const void *, PointerInfo *) { return false; }
 bool ipc_export(const void *, unsigned char *) { return false; }
 bool ipc_export(const PointerInfo &, unsigned char *) { return false; }
 void *ipc_open(int, const PeerAllocation &, const unsigned char *) { return nullptr; }
+bool ipc_open_closes(int, const PeerAllocation &) { return false; }
 bool pci_bus_id(int, char *, int) { return false; }
 int device_by_pci(const char *) { return -1; }
 bool can_access(int, int) { return false; }

@@ -75,6 +75,14 @@ struct PeerAllocation {
  * peer on `device`. nullptr on failure.
  */
 void *ipc_open(int device, const PeerAllocation &a, const unsigned char handle[kIpcHandleBytes]);
+/*
+ * Whether ipc_open(device, a, ...) would first close a cached mapping: a stale one at the same
+ * address of the peer, or one of the peer overlapping the allocation elsewhere (freed memory).
+ * cuIpcCloseMemHandle waits for the process's GPU work: on the H200 it blocked while a
+ * GPU-posted call kernel of another communicator waited for another node (docs/design.md),
+ * so a vote asks this first (gpu_node.cpp, vote_publish).
+ */
+bool ipc_open_closes(int device, const PeerAllocation &a);
 
 /* PCI bus id of `device` ("0000:1b:00.0"), and the ordinal of a bus id in this process
  * (-1 when that GPU is not visible here). */
