@@ -1220,9 +1220,12 @@ class GpuNodeJob : public twohop::Job {
   public:
     GpuNodeJob(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out,
                uint64_t count, const twohop_reduction &red)
-        : c_(c), in_(in), out_(out), count_(count), red_(red) {}
+        : c_(c), in_(in), out_(out), count_(count), red_(red),
+          host_async_(twohop::call_async_safe(c, in, out, red)) {}
 
     int advance() override {
+        const bool proxy = twohop::Proxy::on_proxy_thread();
+        if (!proxy) handback_ = false; // a thread inside MPI: every step is allowed
         switch (state_) {
         case kStart: {
             ++steps_;
@@ -1297,6 +1300,12 @@ class GpuNodeJob : public twohop::Job {
                 (void)decline(c_, s_);
                 return to_host();
             }
+            // Mapping the peers' buffers would close a stale mapping (a wait for this
+            // process's GPU work, cuda_driver.h: ipc_open_closes): a thread inside MPI does it.
+            if (proxy && mapping_closes()) {
+                handback_ = true;
+                return TWOHOP_PENDING;
+            }
             if (c_->topo.n_nodes() > 1) {
                 bool posted = true; // every local rank can run the GPU-posted job
                 for (int l = 0; l < c_->topo.local_size(); ++l) {
@@ -1315,6 +1324,7 @@ class GpuNodeJob : public twohop::Job {
         }
         // fall through
         case kReduced: {
+            if (stage_out_ && proxy) return TWOHOP_PENDING; // a synchronous copy: MPI threads
             const int rc = twohop::test_all(c_, &RankFlags::reduced, s_);
             if (rc != TWOHOP_OK) return rc;
             ++steps_;
@@ -1364,8 +1374,32 @@ class GpuNodeJob : public twohop::Job {
         if (state_ == kGpuPipeline) end_gpu_pipeline(true);
         if (state_ == kPosted) end_posted(TWOHOP_ERR_TRANSPORT);
     }
-    /* After the GPU-posted call kernel's launch every step is host memory and UCX only. */
-    bool async_now() const override { return state_ == kPosted; }
+    /*
+     * Which states the proxy thread may advance (job.h): with host buffers those of the host
+     * path's job where it may (the starting call's choice, host_async_); with device buffers,
+     * given asynchronous progress, the vote (published flags, cached CUDA queries), the
+     * node's kernel on the communicator's stream and the waits for it, the GPU pipeline
+     * (kernels, copies and events on that stream, hop 2 over UCX) and the GPU-posted job's
+     * host side -- not the start (the input's synchronisation with the application's legacy
+     * stream), copies through twohop's device staging (synchronous copies, ordered with the
+     * legacy stream), the host path's memory-kind copies, nor the closing of a stale CUDA IPC
+     * mapping (handback_). So a call moves while the application computes on every local rank.
+     */
+    bool async_now() const override {
+        switch (state_) {
+        case kStart:
+        case kHost: return host_async_;
+        case kFree: return c_->async_progress && !stage_in_;
+        case kDesc:
+        case kVote: return c_->async_progress && !handback_;
+        case kReduced: return c_->async_progress && !stage_out_;
+        case kGpuPipeline:
+        case kPosted: return c_->async_progress;
+        case kEnded: break;
+        }
+        return false;
+    }
+    bool async_managed() const override { return true; }
 
   private:
     enum State { kStart, kFree, kDesc, kVote, kReduced, kHost, kGpuPipeline, kPosted, kEnded };
@@ -1478,12 +1512,28 @@ class GpuNodeJob : public twohop::Job {
         return static_cast<char *>(c_->gpu_staging[d_.in_place ? 1 : 0].ptr);
     }
     char *recv_stage() const { return static_cast<char *>(c_->gpu_staging[1].ptr); }
-    /* The node declined (sequence number given back): the host path's job runs the call. */
+    /* The node declined (sequence number given back): the host path's job runs the call
+     * (on the proxy thread only where its steps are safe there: host_async_). */
     int to_host() {
         host_ = twohop::make_job(c_, in_, out_, count_, red_);
         host_base_ = steps_;
         state_ = kHost;
+        if (!host_async_ && twohop::Proxy::on_proxy_thread()) return TWOHOP_PENDING;
         return advance();
+    }
+    /* Whether mapping the peers' buffers (activate_hop1, shard_args) would first close a stale
+     * CUDA IPC mapping. */
+    bool mapping_closes() const {
+        for (int l = 0; l < c_->topo.local_size(); ++l) {
+            if (l == c_->topo.local_rank) continue;
+            for (const GpuDesc::Buffer *b : {&peer_[l].send, &peer_[l].recv}) {
+                if (cuda::ipc_open_closes(device_, cuda::PeerAllocation{peer_[l].pid, b->base,
+                                                                        b->id, b->size})) {
+                    return true;
+                }
+            }
+        }
+        return false;
     }
     /*
      * Several nodes, every local rank voted yes: the pipeline with hop 1 and hop 3 on the GPU
@@ -1529,6 +1579,8 @@ class GpuNodeJob : public twohop::Job {
     std::unique_ptr<Posted> posted_;
     std::unique_ptr<twohop::Job> host_;
     uint64_t host_base_ = 0;
+    const bool host_async_;  // the host path's job on these buffers is safe on the proxy
+    bool handback_ = false;  // the proxy stopped before a step for the MPI threads
 };
 
 } // namespace

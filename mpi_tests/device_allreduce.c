@@ -38,13 +38,16 @@
  *          the wait for the first after the blocking call on even ranks and before it on odd
  *          ranks (rr:2 virtual nodes: the two nodes differ): the blocking call must let the
  *          MPI's progress move the call in flight (check_interleave says more).
+ *        device_allreduce overlap [--min-overlap P]
+ *          MPI_Iallreduce on device buffers overlapped with a CPU busy loop, as osu_iallreduce
+ *          measures it (check_overlap says how); 1, 4 and 16 MiB of floats, exact results.
  *        device_allreduce self
  *          single-rank communicators (MPI_COMM_SELF, a split that leaves every rank alone) in
  *          the three forms, device/managed/pool/pinned buffers, in place and not, a vector
  *          datatype with holes: exact results, holes untouched (coll/self copies with a host
  *          memcpy, which crashes on device memory). Also under mpirun -np 1.
  *        device_allreduce bench [--stage] [--pinned] [--min BYTES] [--max BYTES] [--step F]
- *                               [--repeat R]
+ *                               [--repeat R] [--form nonblocking|persistent]
  *          MPI_FLOAT sum on device buffers, MIN (default 8 B) .. BYTES (default 256 MiB, xF
  *          steps, default 4; the last step is BYTES): median
  *          over iterations of the slowest rank's time, rank 0's calling-thread CPU time per
@@ -54,7 +57,9 @@
  *          instead (the way users stage by hand with a non-CUDA-aware MPI); --pinned adds the
  *          pinned-copy bound: all ranks copy n bytes device-to-pinned-host at once (pinned_us),
  *          the node's PCIe bandwidth that host-staged hop 2 must go through twice; --repeat:
- *          the whole sweep R times in the same run (rows printed each time).
+ *          the whole sweep R times in the same run (rows printed each time); --form: each
+ *          call in that form (non-blocking: MPI_Iallreduce + MPI_Wait; persistent: init,
+ *          start, wait and free per call), the device buffers only.
  * Each rank uses GPU (local rank mod device count). Exit 0 on success.
  * DEVICE_ALLREDUCE_STACKS=S: S seconds after MPI_Init every thread prints its stack (a hang's
  * diagnosis; stderr).
@@ -576,6 +581,78 @@ static void stacks_after(void) {
     if (pthread_create(&t, NULL, stack_watchdog, (void *)atol(s)) == 0) pthread_detach(t);
 }
 
+static int cmp_double(const void *a, const void *b);
+
+/*
+ * Overlap of MPI_Iallreduce on device buffers with computation (usage: mode overlap), as OSU's
+ * osu_iallreduce measures it: per size, `pure` = the median over 7 calls of MPI_Iallreduce +
+ * MPI_Wait (the slowest rank's), then 7 calls of MPI_Iallreduce, a CPU busy loop of 2 x pure
+ * without MPI calls, MPI_Wait: overlap = 100 x (1 - wait / pure), clamped at 0 (the median
+ * of the slowest rank's wait). Floats, 1, 4 and 16 MiB, exact results. --min-overlap P: fail
+ * when a size of 4 MiB or more overlaps less than P %.
+ */
+static int check_overlap(double min_overlap) {
+    const long counts[] = {1l << 18, 1l << 20, 1l << 22};
+    int bad = 0;
+    if (rank == 0) printf("# overlap, %d ranks: bytes pure_us wait_us overlap_%%\n", size);
+    for (int c = 0; c < 3; c++) {
+        const long n = counts[c];
+        void *sb, *rb;
+        char *h = malloc(n * sizeof(float));
+        CK(cudaMalloc(&sb, n * sizeof(float)));
+        CK(cudaMalloc(&rb, n * sizeof(float)));
+        double pure[7], wait[7];
+        for (int pass = 0; pass < 2; pass++) {
+            for (int it = 0; it < 7; it++) {
+                fill_dev(sb, rb, n, MPI_FLOAT, rank, it, h);
+                CK(cudaDeviceSynchronize());
+                MPI_Barrier(MPI_COMM_WORLD);
+                MPI_Request req;
+                const double t0 = MPI_Wtime();
+                MPI_Iallreduce(sb, rb, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req);
+                double tw = t0;
+                if (pass == 1) {
+                    double spin_end = t0 + 2.0 * pure[3];
+                    while (MPI_Wtime() < spin_end) {
+                    }
+                    tw = MPI_Wtime();
+                }
+                MPI_Wait(&req, MPI_STATUS_IGNORE);
+                double dt = MPI_Wtime() - tw, worst;
+                MPI_Allreduce(&dt, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+                (pass == 0 ? pure : wait)[it] = worst;
+                if (wrong_dev(rb, n, MPI_FLOAT, it, h) != 0) {
+                    printf("FAIL rank %d: overlap n=%ld call %d: wrong result\n", rank, n, it);
+                    bad++;
+                }
+            }
+            if (pass == 0) {
+                qsort(pure, 7, sizeof(double), cmp_double);
+                /* every rank spins for the same time: rank 0's median */
+                MPI_Bcast(&pure[3], 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+            }
+        }
+        qsort(wait, 7, sizeof(double), cmp_double);
+        double ov = 100.0 * (1.0 - wait[3] / pure[3]);
+        if (ov < 0) ov = 0;
+        if (rank == 0) {
+            printf("%10ld %9.1f %9.1f %6.1f\n", n * (long)sizeof(float), 1e6 * pure[3],
+                   1e6 * wait[3], ov);
+        }
+        if (min_overlap > 0 && n * sizeof(float) >= (4u << 20) && ov < min_overlap) bad++;
+        CK(cudaFree(sb));
+        CK(cudaFree(rb));
+        free(h);
+    }
+    int all = 0;
+    MPI_Allreduce(&bad, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (rank == 0) {
+        printf("device_allreduce overlap: %s (%d failures, at least %.0f %% asked from 4 MiB)\n",
+               all ? "FAIL" : "ok", all, min_overlap);
+    }
+    return all != 0;
+}
+
 /* Single-rank communicators in every form and memory kind (usage: mode self). */
 static int check_self(void) {
     MPI_Op usum;
@@ -676,8 +753,8 @@ static int bench(bool stage, bool pinned, size_t max_bytes) {
         /* Warm-up: more at the first size (the GPU's clocks, lazily loaded modules and the
          * driver's first IPC mappings; the first row was slower than the second before). */
         for (int w = 0; w < (n == g_min_bytes ? 50 : 3); w++) {
-            MPI_Allreduce(stage ? (void *)h_in : d_in, stage ? (void *)h_out : d_out, count,
-                          MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+            allreduce_form(stage ? (void *)h_in : d_in, stage ? (void *)h_out : d_out, count,
+                           MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
         }
         /* The calling thread's CPU time inside the timed calls only (not the barrier, whose
          * spin is the other ranks' lateness, nor the timing allreduce). */
@@ -691,7 +768,7 @@ static int bench(bool stage, bool pinned, size_t max_bytes) {
                 MPI_Allreduce(h_in, h_out, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
                 CK(cudaMemcpy(d_out, h_out, n, cudaMemcpyHostToDevice));
             } else {
-                MPI_Allreduce(d_in, d_out, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+                allreduce_form(d_in, d_out, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
             }
             double dt = MPI_Wtime() - t0, worst;
             cpu_sum += thread_cpu_s() - cpu0;
@@ -772,6 +849,7 @@ int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "check";
     bool expect = false, stage = false, pinned = false, sync = false, warm = false;
     bool prime = false;
+    double min_overlap = 0;
     size_t max_bytes = 256u << 20;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--expect-twohop")) expect = true;
@@ -782,6 +860,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--sync")) sync = true;
         else if (!strcmp(argv[i], "--warm")) warm = true;
         else if (!strcmp(argv[i], "--prime")) prime = true;
+        else if (!strcmp(argv[i], "--min-overlap") && i + 1 < argc) min_overlap = atof(argv[++i]);
         else if (!strcmp(argv[i], "--pinned")) pinned = true;
         else if (!strcmp(argv[i], "--max") && i + 1 < argc) max_bytes = strtoull(argv[++i], NULL, 0);
         else if (!strcmp(argv[i], "--min") && i + 1 < argc) g_min_bytes = strtoull(argv[++i], NULL, 0);
@@ -800,7 +879,8 @@ int main(int argc, char **argv) {
     int rc = !strcmp(mode, "bench") ? bench(stage, pinned, max_bytes)
              : !strcmp(mode, "self") ? check_self()
              : !strcmp(mode, "cross") ? check_cross(sync, warm, prime)
-             : !strcmp(mode, "interleave") ? check_interleave(warm) : check(expect);
+             : !strcmp(mode, "interleave") ? check_interleave(warm)
+             : !strcmp(mode, "overlap") ? check_overlap(min_overlap) : check(expect);
     twohop_pvars_close(&pv);
     CK(cudaMemPoolDestroy(custom_pool));
     MPI_Finalize();

@@ -91,7 +91,14 @@ bool Proxy::submit(std::function<int()> step) {
     return true;
 }
 
+namespace {
+thread_local bool t_on_proxy = false;
+} // namespace
+
+bool Proxy::on_proxy_thread() { return t_on_proxy; }
+
 void Proxy::loop() {
+    t_on_proxy = true;
     std::vector<Job *> batch;
     std::unique_lock<std::mutex> lock(m_);
     for (;;) {

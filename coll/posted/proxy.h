@@ -115,6 +115,9 @@ class Proxy {
 
     /* True while the thread exists. */
     bool running();
+    /* True on the proxy thread (of any Proxy): jobs stop there before steps that need a thread
+     * inside MPI (job.h: async_now). */
+    static bool on_proxy_thread();
     /* The thread's native handle (for CPU-time tests), or 0. */
     std::thread::native_handle_type handle();
     /* Jobs completed since start (for tests and the benchmark). */

@@ -166,12 +166,17 @@ int advance_queue(twohop_comm *c, bool *pending, bool async_only = false,
             }
         }
         if (rc == TWOHOP_PENDING) {
-            // A job whose remaining steps became safe on the proxy thread (Job::async_now):
-            // from now on the proxy advances it too, while the application computes.
-            if (!q->async_ok && q->job->async_now()) {
-                q->async_ok = true;
-                g_async_queued.fetch_add(1, std::memory_order_release);
-                kick_async();
+            // A job whose next steps became safe on the proxy thread (Job::async_now): from
+            // now on the proxy advances it too, while the application computes; until its
+            // steps need a thread inside MPI again.
+            if (q->job->async_managed() && q->job->async_now() != q->async_ok) {
+                q->async_ok = !q->async_ok;
+                if (q->async_ok) {
+                    g_async_queued.fetch_add(1, std::memory_order_release);
+                    kick_async();
+                } else {
+                    g_async_queued.fetch_sub(1, std::memory_order_release);
+                }
             }
             if (moved && q->job->steps() != steps_before) *moved = true;
             if (q->job->steps() != q->steps_seen || q->job->waiting_on_application()) {
@@ -237,6 +242,11 @@ void kick_async() {
 }
 
 } // namespace
+
+bool call_async_safe(const twohop_comm *c, const twohop_userbuf &in,
+                     const twohop_userbuf &out, const twohop_reduction &red) {
+    return async_safe(c, in, out, red);
+}
 
 bool latency_path(const twohop_comm *c, uint64_t count, uint64_t item_bytes) {
     // The path must be the same on every rank: scale by the largest node's rank count (the

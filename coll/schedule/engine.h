@@ -74,6 +74,12 @@ const char *status_reason(int rc);
 /* The reason a call on a poisoned communicator fails, into why[0, whylen). */
 void poisoned_message(const twohop_comm *c, char *why, size_t whylen);
 
+/* Whether every step of a call on these buffers is safe on the proxy thread (host memory of
+ * the canonical layout, a predefined op, asynchronous progress on): the engine then lets the
+ * proxy advance it. A choice of this rank alone (who drives, never what the rank does). */
+bool call_async_safe(const twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out,
+                     const twohop_reduction &red);
+
 /* Whether `count` items of `item_bytes` take the latency path (rank-invariant). */
 bool latency_path(const twohop_comm *c, uint64_t count, uint64_t item_bytes);
 

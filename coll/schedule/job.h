@@ -31,10 +31,19 @@ class Job {
      * stream-ordered call on the device buffers, gpu_node.h: gpu_stream_posted): its first
      * one. Zero for the others, which take theirs from twohop_comm::seq when they start. */
     virtual uint64_t reserved_first_seq() const { return 0; }
-    /* True once every remaining step is safe on the proxy thread (host memory and UCX only),
-     * for a job whose call was not (engine.cpp: async_safe): the GPU-posted job after its
-     * kernel's launch (gpu_node.cpp). The engine then lets the proxy advance it. */
+    /* True while the job's next steps are safe on the proxy thread, for a job whose call was
+     * not (engine.cpp: async_safe): host memory, UCX and CUDA calls that never wait for the
+     * application's streams or for other ranks (the node GPU job's vote, its kernels and the
+     * GPU pipeline on the communicator's own stream; the GPU-posted job after its kernel's
+     * launch: gpu_node.cpp). The engine then lets the proxy advance it; when it turns false
+     * again (what is left needs a thread inside MPI: host copies of device memory, a stale
+     * CUDA IPC mapping to close) the proxy leaves it to the MPI threads. A job that asks for
+     * async_now() stops, when it runs on the proxy thread (Proxy::on_proxy_thread), before a
+     * step that is not safe there. */
     virtual bool async_now() const { return false; }
+    /* Whether async_now() speaks for this job (false: the engine keeps the starting call's
+     * choice, async_safe). */
+    virtual bool async_managed() const { return false; }
 
   protected:
     uint64_t steps_ = 0;
