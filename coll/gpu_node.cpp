@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <mutex>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -216,7 +217,23 @@ std::atomic<unsigned long long> g_hop1_calls{0};
  * kernel waits for another node, and the other node may wait for this call.
  */
 std::atomic<int> g_waiting_kernels{0};
-void waiting_kernel_begin() { g_waiting_kernels.fetch_add(1, std::memory_order_acq_rel); }
+/*
+ * Held by the proxy thread across a step of a device job that makes CUDA calls (GpuNodeJob),
+ * which it takes only while g_waiting_kernels is 0; a thread that launches such a kernel counts
+ * it under the same lock. A CUDA call can block inside the driver behind another thread's
+ * synchronous call (a pageable cudaMemcpy, cudaDeviceSynchronize) that waits for a stream whose
+ * kernel waits for a gate only the proxy opens: so the proxy makes none once such a kernel may
+ * exist, and one it began before is done before the kernel is launched.
+ */
+std::mutex g_cuda_step_m;
+void waiting_kernel_begin() {
+    if (twohop::Proxy::on_proxy_thread()) { // inside a device job's step: the lock is held
+        g_waiting_kernels.fetch_add(1, std::memory_order_acq_rel);
+        return;
+    }
+    std::lock_guard<std::mutex> g(g_cuda_step_m);
+    g_waiting_kernels.fetch_add(1, std::memory_order_acq_rel);
+}
 void waiting_kernel_end() { g_waiting_kernels.fetch_sub(1, std::memory_order_acq_rel); }
 } // namespace
 
@@ -1226,6 +1243,12 @@ class GpuNodeJob : public twohop::Job {
     int advance() override {
         const bool proxy = twohop::Proxy::on_proxy_thread();
         if (!proxy) handback_ = false; // a thread inside MPI: every step is allowed
+        // The proxy's steps with CUDA calls: none while a kernel that waits for it may exist.
+        std::unique_lock<std::mutex> cuda_step;
+        if (proxy && cuda_state()) {
+            cuda_step = std::unique_lock<std::mutex>(g_cuda_step_m);
+            if (g_waiting_kernels.load(std::memory_order_acquire) > 0) return TWOHOP_PENDING;
+        }
         switch (state_) {
         case kStart: {
             ++steps_;
@@ -1386,6 +1409,7 @@ class GpuNodeJob : public twohop::Job {
      * mapping (handback_). So a call moves while the application computes on every local rank.
      */
     bool async_now() const override {
+        if (cuda_state() && g_waiting_kernels.load(std::memory_order_acquire) > 0) return false;
         switch (state_) {
         case kStart:
         case kHost: return host_async_;
@@ -1398,6 +1422,12 @@ class GpuNodeJob : public twohop::Job {
         case kEnded: break;
         }
         return false;
+    }
+    /* States whose steps may make CUDA calls (the vote's device queries and mappings, the
+     * kernels, the pipeline's launches, copies and events). */
+    bool cuda_state() const {
+        return state_ == kFree || state_ == kDesc || state_ == kVote || state_ == kReduced ||
+               state_ == kGpuPipeline;
     }
     bool async_managed() const override { return true; }
 
