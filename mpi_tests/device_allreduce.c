@@ -33,11 +33,14 @@
  *          --prime: that first round on buffers of its own, new buffers in every round after
  *          it (the communicators' own GPU resources exist before the crossed rounds, the
  *          peers' buffers are new in each).
- *        device_allreduce interleave [--warm]
+ *        device_allreduce interleave [--warm] [--enqueue]
  *          MPI_Iallreduce on one duplicate of MPI_COMM_WORLD, then MPI_Allreduce on another,
  *          the wait for the first after the blocking call on even ranks and before it on odd
  *          ranks (rr:2 virtual nodes: the two nodes differ): the blocking call must let the
- *          MPI's progress move the call in flight (check_interleave says more).
+ *          MPI's progress move the call in flight (check_interleave says more). --enqueue:
+ *          the second call is twohop_allreduce_enqueue on a stream, followed by a pageable
+ *          cudaMemcpy before the wait for the first (the proxy thread, which opens the
+ *          stream-ordered call's gates, must not be inside a CUDA call of the first's job).
  *        device_allreduce overlap [--min-overlap P]
  *          MPI_Iallreduce on device buffers overlapped with a CPU busy loop, as osu_iallreduce
  *          measures it (check_overlap says how); 1, 4 and 16 MiB of floats, exact results.
@@ -79,6 +82,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "twohop.h"
 #include "twohop_half.h"
 #include "twohop_pvars.h"
 #if MPI_VERSION < 4 && defined(OPEN_MPI)
@@ -466,10 +470,13 @@ static long wrong_dev(const void *rb, long n, MPI_Datatype t, int salt, char *h)
  * served non-blocking, and with --expect-hop1 / --expect-posted every call with GPU hop 1 and
  * every B GPU-posted.
  */
-static int check_interleave(bool warm) {
+static cudaStream_t enq_stream; /* interleave --enqueue: a blocking stream */
+
+static int check_interleave(bool warm, bool enq) {
     MPI_Comm comm[2];
     MPI_Comm_dup(MPI_COMM_WORLD, &comm[0]);
     MPI_Comm_dup(MPI_COMM_WORLD, &comm[1]);
+    if (enq) CK(cudaStreamCreate(&enq_stream));
     const long na[] = {1l << 20, 1l << 18, 300001};
     const long nb[] = {1l << 20, 1l << 14, 1l << 19};
     const MPI_Datatype ta[] = {MPI_FLOAT, MPI_FLOAT, MPI_INT};
@@ -501,7 +508,17 @@ static int check_interleave(bool warm) {
             MPI_Request req;
             int rc = MPI_Iallreduce(b[0], b[1], (int)na[c], ta[c], MPI_SUM, comm[0], &req);
             int rb_rc, wa_rc;
-            if (rank % 2 == 0) {
+            if (enq) {
+                /* B stream-ordered on a blocking stream, then a pageable copy, which waits for
+                 * that stream's call kernel (legacy-stream semantics): the proxy must open its
+                 * gates meanwhile, so it must not sit in a CUDA call of A's job. */
+                rb_rc = twohop_allreduce_enqueue(b[2], b[3], (int)nb[c], MPI_FLOAT, MPI_SUM,
+                                                 comm[1], enq_stream);
+                CK(cudaMemcpy(b[2], h, 4096, cudaMemcpyHostToDevice));
+                wa_rc = MPI_Wait(&req, MPI_STATUS_IGNORE);
+                CK(cudaStreamSynchronize(enq_stream));
+                /* (h still holds B's input, so the copy rewrites the same values) */
+            } else if (rank % 2 == 0) {
                 rb_rc = MPI_Allreduce(b[2], b[3], (int)nb[c], MPI_FLOAT, MPI_SUM, comm[1]);
                 wa_rc = MPI_Wait(&req, MPI_STATUS_IGNORE);
             } else {
@@ -520,6 +537,11 @@ static int check_interleave(bool warm) {
     }
     const struct twohop_counts c1 = twohop_pvars_read(&pv);
     const unsigned long long calls = 9 + (warm ? 1 : 0);
+    if (enq && (!pv.found || c1.enq_multinode - c0.enq_multinode != 9)) {
+        printf("FAIL rank %d: interleave --enqueue: %llu of 9 stream-ordered calls on the "
+               "device buffers of several nodes\n", rank, c1.enq_multinode - c0.enq_multinode);
+        bad_total++;
+    }
     if (!pv.found || c1.nonblocking - c0.nonblocking != calls ||
         (expect_hop1 && c1.gpu_hop1 - c0.gpu_hop1 != 2 * calls) ||
         (expect_posted && c1.posted - c0.posted != calls)) {
@@ -531,13 +553,14 @@ static int check_interleave(bool warm) {
     }
     for (int k = 0; warm && k < 4; k++) CK(cudaFree(wb[k]));
     free(h);
+    if (enq) CK(cudaStreamDestroy(enq_stream));
     MPI_Comm_free(&comm[0]);
     MPI_Comm_free(&comm[1]);
     int all = 0;
     MPI_Allreduce(&bad_total, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (rank == 0) {
-        printf("device_allreduce interleave%s: %s (%d failures)\n", warm ? " --warm" : "",
-               all ? "FAIL" : "ok", all);
+        printf("device_allreduce interleave%s%s: %s (%d failures)\n", warm ? " --warm" : "",
+               enq ? " --enqueue" : "", all ? "FAIL" : "ok", all);
     }
     return all != 0;
 }
@@ -850,6 +873,7 @@ int main(int argc, char **argv) {
     bool expect = false, stage = false, pinned = false, sync = false, warm = false;
     bool prime = false;
     double min_overlap = 0;
+    bool enq = false;
     size_t max_bytes = 256u << 20;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--expect-twohop")) expect = true;
@@ -860,6 +884,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--sync")) sync = true;
         else if (!strcmp(argv[i], "--warm")) warm = true;
         else if (!strcmp(argv[i], "--prime")) prime = true;
+        else if (!strcmp(argv[i], "--enqueue")) enq = true;
         else if (!strcmp(argv[i], "--min-overlap") && i + 1 < argc) min_overlap = atof(argv[++i]);
         else if (!strcmp(argv[i], "--pinned")) pinned = true;
         else if (!strcmp(argv[i], "--max") && i + 1 < argc) max_bytes = strtoull(argv[++i], NULL, 0);
@@ -879,7 +904,7 @@ int main(int argc, char **argv) {
     int rc = !strcmp(mode, "bench") ? bench(stage, pinned, max_bytes)
              : !strcmp(mode, "self") ? check_self()
              : !strcmp(mode, "cross") ? check_cross(sync, warm, prime)
-             : !strcmp(mode, "interleave") ? check_interleave(warm)
+             : !strcmp(mode, "interleave") ? check_interleave(warm, enq)
              : !strcmp(mode, "overlap") ? check_overlap(min_overlap) : check(expect);
     twohop_pvars_close(&pv);
     CK(cudaMemPoolDestroy(custom_pool));
