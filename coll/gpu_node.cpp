@@ -1244,11 +1244,19 @@ class GpuNodeJob : public twohop::Job {
         const bool proxy = twohop::Proxy::on_proxy_thread();
         if (!proxy) handback_ = false; // a thread inside MPI: every step is allowed
         // The proxy's steps with CUDA calls: none while a kernel that waits for it may exist.
+        // (Held for the whole pass: the transitions go on in run_states, never back here.)
         std::unique_lock<std::mutex> cuda_step;
         if (proxy && cuda_state()) {
             cuda_step = std::unique_lock<std::mutex>(g_cuda_step_m);
             if (g_waiting_kernels.load(std::memory_order_acquire) > 0) return TWOHOP_PENDING;
         }
+        return run_states(proxy);
+    }
+
+  private:
+    /* The states from the current one on, as far as they go without waiting (`proxy`: on
+     * the proxy thread, which stops before the steps it must leave to MPI threads). */
+    int run_states(bool proxy) {
         switch (state_) {
         case kStart: {
             ++steps_;
@@ -1391,6 +1399,7 @@ class GpuNodeJob : public twohop::Job {
         return TWOHOP_OK;
     }
 
+  public:
     ~GpuNodeJob() override {
         // Ended early (a failure elsewhere, the communicator's teardown): the pipeline's GPU
         // work must end before its buffers may be reused; the posted kernel's waits released.
@@ -1515,7 +1524,7 @@ class GpuNodeJob : public twohop::Job {
         }
         host_base_ = steps_;
         state_ = kPosted;
-        return advance();
+        return run_states(twohop::Proxy::on_proxy_thread());
     }
     /* The GPU-posted job ended with rc (or is dropped). OK: the kernel wrote `drained`, its
      * last act. Else every wait of the kernel is released (host writes: this may run on the
@@ -1549,7 +1558,7 @@ class GpuNodeJob : public twohop::Job {
         host_base_ = steps_;
         state_ = kHost;
         if (!host_async_ && twohop::Proxy::on_proxy_thread()) return TWOHOP_PENDING;
-        return advance();
+        return run_states(twohop::Proxy::on_proxy_thread());
     }
     /* Whether mapping the peers' buffers (activate_hop1, shard_args) would first close a stale
      * CUDA IPC mapping. */
@@ -1584,7 +1593,7 @@ class GpuNodeJob : public twohop::Job {
         host_ = twohop::make_job(c_, in_, out_, count_, red_);
         host_base_ = steps_;
         state_ = kGpuPipeline;
-        return advance();
+        return run_states(twohop::Proxy::on_proxy_thread());
     }
     /* The pipeline ended (or the job is dropped): on failure the communicator's stream
      * drained first. */
