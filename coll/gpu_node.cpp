@@ -226,8 +226,9 @@ std::atomic<int> g_waiting_kernels{0};
  * exist, and one it began before is done before the kernel is launched.
  */
 std::mutex g_cuda_step_m;
+thread_local bool t_cuda_step = false; // this thread holds g_cuda_step_m for a step
 void waiting_kernel_begin() {
-    if (twohop::Proxy::on_proxy_thread()) { // inside a device job's step: the lock is held
+    if (t_cuda_step) { // inside the proxy's step of a device job: the lock is held
         g_waiting_kernels.fetch_add(1, std::memory_order_acq_rel);
         return;
     }
@@ -1244,12 +1245,15 @@ class GpuNodeJob : public twohop::Job {
         const bool proxy = twohop::Proxy::on_proxy_thread();
         if (!proxy) handback_ = false; // a thread inside MPI: every step is allowed
         // The proxy's steps with CUDA calls: none while a kernel that waits for it may exist.
-        // (Held for the whole pass: the transitions go on in run_states, never back here.)
-        std::unique_lock<std::mutex> cuda_step;
-        if (proxy && cuda_state()) {
-            cuda_step = std::unique_lock<std::mutex>(g_cuda_step_m);
-            if (g_waiting_kernels.load(std::memory_order_acquire) > 0) return TWOHOP_PENDING;
-        }
+        // Held for the whole pass (the transitions go on in run_states); never taken twice by
+        // one thread (t_cuda_step: a job advanced from inside another's step).
+        if (!proxy || !cuda_state() || t_cuda_step) return run_states(proxy);
+        std::lock_guard<std::mutex> cuda_step(g_cuda_step_m);
+        if (g_waiting_kernels.load(std::memory_order_acquire) > 0) return TWOHOP_PENDING;
+        struct Held {
+            Held() { t_cuda_step = true; }
+            ~Held() { t_cuda_step = false; }
+        } held;
         return run_states(proxy);
     }
 
