@@ -317,6 +317,14 @@ twohop_comm::~twohop_comm() {
     }
     stream_slots.reset();
     if (id_reserved) twohop::process_comm_ids().release(comm_id);
+    // GPU work of a failed call that never ended (GpuHop1::stuck) may use the device staging
+    // buffers: kept (freeing device memory would also wait for that work).
+    if (!gpu_hop1.settle()) {
+        for (GpuStaging &st : gpu_staging) {
+            st.ptr = nullptr;
+            st.retired.clear();
+        }
+    }
 }
 
 extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, int *resource,

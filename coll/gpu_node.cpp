@@ -238,6 +238,9 @@ void waiting_kernel_begin() {
 void waiting_kernel_end() { g_waiting_kernels.fetch_sub(1, std::memory_order_acq_rel); }
 } // namespace
 
+void gpu_waiting_kernel_begin() { waiting_kernel_begin(); }
+void gpu_waiting_kernel_end() { waiting_kernel_end(); }
+
 extern "C" const unsigned long long *twohop_gpu_hop1_calls_counter(void) {
     return reinterpret_cast<const unsigned long long *>(&g_hop1_calls);
 }
@@ -263,7 +266,11 @@ bool GpuHop1::settle() {
     if (stuck) return false;
     // Kernels and copies of the pipeline and the node wait on nothing else; a failed
     // GPU-posted call kernel's waits were released (release_posted): they end.
-    if ((pending || job_pending) && fence.record(stream ? stream_device : device, stream)) {
+    if ((pending || job_pending) && !fence.record(stream ? stream_device : device, stream)) {
+        stuck = true; // a driver error: whether the work ended is unknown
+        return false;
+    }
+    if (pending || job_pending) {
         const auto start = std::chrono::steady_clock::now();
         while (fence.query() == 0) {
             if (settle_timeout_s > 0 &&
@@ -369,8 +376,10 @@ namespace {
 
 /*
  * Round 2 of the decision, first half: with every local rank's descriptor published
- * (desc_seq = s), copies them into peer[], checks that this rank's GPU reaches every peer's and
- * publishes the vote. *one_device: every buffer is on `device`.
+ * (desc_seq = s), copies them into peer[], checks that this rank's GPU reaches every peer's,
+ * closes the stale CUDA IPC mappings the peers' buffers would need closed (or votes no), and
+ * publishes the vote. *one_device: every buffer is on `device`. TWOHOP_PENDING (nothing
+ * published) on the proxy thread when a stale mapping is to be closed: an MPI thread does it.
  */
 int vote_publish(twohop_comm *c, const GpuDesc &d, int device, uint64_t s, GpuDesc *peer,
                  bool *one_device) {
@@ -416,23 +425,39 @@ int vote_publish(twohop_comm *c, const GpuDesc &d, int device, uint64_t s, GpuDe
             c->host.log(1, msg);
         }
     }
-    // Mapping the peers' buffers must not close a stale mapping while a call kernel of this
-    // process waits for other nodes (g_waiting_kernels): then this call runs on the host.
-    if (ok && g_waiting_kernels.load(std::memory_order_acquire) > 0) {
-        for (int l = 0; ok && l < L; ++l) {
+    // The peers' buffers are mapped after the vote (activate_hop1, shard_args), and a mapping
+    // may first have to close a stale one (the mapping of a peer's freed buffer), which waits
+    // for this process's GPU work (cuda_driver.h: ipc_open_closes). Such closes are made here,
+    // before a yes, under g_cuda_step_m and only while no kernel that waits for other ranks or
+    // for the proxy exists (g_waiting_kernels; none is launched meanwhile: launches count
+    // theirs under the same lock); otherwise this rank votes no and the node runs the call on
+    // the host path. The proxy thread closes nothing: it hands the step back to the MPI
+    // threads (TWOHOP_PENDING, nothing published).
+    if (ok) {
+        cuda::PeerAllocation stale[2 * TWOHOP_GPU_MAX_RANKS];
+        int n_stale = 0;
+        for (int l = 0; l < L; ++l) {
             if (l == c->topo.local_rank) continue;
-            const GpuDesc::Buffer *b[2] = {&peer[l].send, &peer[l].recv};
-            for (const GpuDesc::Buffer *x : b) {
-                ok = ok && !cuda::ipc_open_closes(
-                               device, cuda::PeerAllocation{peer[l].pid, x->base, x->id, x->size});
+            for (const GpuDesc::Buffer *x : {&peer[l].send, &peer[l].recv}) {
+                const cuda::PeerAllocation a{peer[l].pid, x->base, x->id, x->size};
+                if (cuda::ipc_open_closes(device, a)) stale[n_stale++] = a;
             }
         }
-        if (!ok && !c->gpu_stale_logged) {
-            c->gpu_stale_logged = true;
-            c->host.log(1, "GPU path not taken for a call: mapping a local rank's new buffer "
-                           "would first close a stale CUDA IPC mapping, which waits for this "
-                           "process's GPU work, while a GPU-posted call kernel waits for other "
-                           "nodes; such calls run on the host");
+        if (n_stale > 0) {
+            if (t_cuda_step) return TWOHOP_PENDING;
+            std::lock_guard<std::mutex> g(g_cuda_step_m);
+            if (g_waiting_kernels.load(std::memory_order_acquire) > 0) {
+                ok = false;
+                if (!c->gpu_stale_logged) {
+                    c->gpu_stale_logged = true;
+                    c->host.log(1, "GPU path not taken for a call: mapping a local rank's new "
+                                   "buffer would first close a stale CUDA IPC mapping, which "
+                                   "waits for this process's GPU work, while a GPU-posted call "
+                                   "kernel waits for other ranks; such calls run on the host");
+                }
+            } else {
+                for (int i = 0; i < n_stale; ++i) cuda::ipc_close_stale(device, stale[i]);
+            }
         }
     }
     RankFlags &mine = c->shm.flags(c->topo.local_rank);
@@ -1247,9 +1272,13 @@ class GpuNodeJob : public twohop::Job {
         // The proxy's steps with CUDA calls: none while a kernel that waits for it may exist.
         // Held for the whole pass (the transitions go on in run_states); never taken twice by
         // one thread (t_cuda_step: a job advanced from inside another's step).
+        // The proxy never waits for the lock: its holder may be an MPI thread closing a stale
+        // mapping, which waits for GPU work that may wait for a gate only the proxy opens.
         if (!proxy || !cuda_state() || t_cuda_step) return run_states(proxy);
-        std::lock_guard<std::mutex> cuda_step(g_cuda_step_m);
-        if (g_waiting_kernels.load(std::memory_order_acquire) > 0) return TWOHOP_PENDING;
+        std::unique_lock<std::mutex> cuda_step(g_cuda_step_m, std::try_to_lock);
+        if (!cuda_step.owns_lock() || g_waiting_kernels.load(std::memory_order_acquire) > 0) {
+            return TWOHOP_PENDING;
+        }
         struct Held {
             Held() { t_cuda_step = true; }
             ~Held() { t_cuda_step = false; }
@@ -1318,6 +1347,7 @@ class GpuNodeJob : public twohop::Job {
             ++steps_;
             if ((rc = vote_publish(c_, d_, device_, s_, peer_.get(), &one_device_)) !=
                 TWOHOP_OK) {
+                if (rc == TWOHOP_PENDING) handback_ = true; // a stale mapping to close first
                 return rc;
             }
             state_ = kVote;
@@ -1602,7 +1632,9 @@ class GpuNodeJob : public twohop::Job {
     /* The pipeline ended (or the job is dropped): on failure the communicator's stream
      * drained first. */
     void end_gpu_pipeline(bool failed) {
-        if (failed) gpu_settle(c_);
+        // Not on the proxy outside a step's lock (the job dropped there by a timeout): the
+        // work stays pending for the communicator's next settle.
+        if (failed && (!twohop::Proxy::on_proxy_thread() || t_cuda_step)) gpu_settle(c_);
         c_->gpu_hop1.active = false;
         c_->gpu_hop1.gather = false;
     }

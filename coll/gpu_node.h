@@ -192,6 +192,14 @@ struct GpuHop1 {
     ~GpuHop1();
 };
 
+/* A kernel or stream operation that waits for other ranks or for the proxy thread (the
+ * GPU-posted call kernel, a stream-ordered call's wait on its gate) is about to be enqueued:
+ * counted until gpu_waiting_kernel_end, called once when it is seen to end or its wait is
+ * released. While any is counted the proxy makes no CUDA call and no vote closes a stale CUDA
+ * IPC mapping (gpu_node.cpp: g_waiting_kernels, g_cuda_step_m). */
+void gpu_waiting_kernel_begin();
+void gpu_waiting_kernel_end();
+
 /* c's GPU work settled (GpuHop1::settle) after a failed call; logs (always) when it did not end
  * within coll_twohop_timeout. */
 void gpu_settle(twohop_comm *c);

@@ -373,19 +373,50 @@ void *ipc_open(int device, const PeerAllocation &a, const unsigned char handle[k
     return reinterpret_cast<void *>(p);
 }
 
+namespace {
+/* With g_ipc_m held: whether cache entry e (another key than a's) must be closed before a is
+ * opened: a mapping of the same peer on the same device overlapping a (freed memory), or any
+ * mapping of the peer when a sizes is unknown (ipc_open's second pass closes them all). */
+bool stale_for(const std::pair<const std::tuple<int, long long, unsigned long long>, Mapping> &e,
+               int device, const PeerAllocation &a) {
+    const unsigned long long b = std::get<2>(e.first), n = e.second.size;
+    if (std::get<0>(e.first) != device || std::get<1>(e.first) != a.pid) return false;
+    if (n == 0 || a.size == 0) return true;
+    return b < a.base + a.size && a.base < b + n;
+}
+} // namespace
+
 bool ipc_open_closes(int device, const PeerAllocation &a) {
     std::lock_guard<std::mutex> lock(g_ipc_m);
     const auto key = std::make_tuple(device, a.pid, a.base);
     auto it = g_ipc_cache.find(key);
     if (it != g_ipc_cache.end()) return it->second.buffer_id != a.buffer_id;
-    for (const auto &e : g_ipc_cache) { // a stale mapping of the peer overlapping it elsewhere
-        const unsigned long long b = std::get<2>(e.first), n = e.second.size;
-        if (std::get<0>(e.first) == device && std::get<1>(e.first) == a.pid && n != 0 &&
-            a.size != 0 && b < a.base + a.size && a.base < b + n) {
-            return true;
-        }
+    for (const auto &e : g_ipc_cache) {
+        if (stale_for(e, device, a)) return true;
     }
     return false;
+}
+
+void ipc_close_stale(int device, const PeerAllocation &a) {
+    std::lock_guard<std::mutex> lock(g_ipc_m);
+    const auto key = std::make_tuple(device, a.pid, a.base);
+    auto it = g_ipc_cache.find(key);
+    if (it != g_ipc_cache.end() && it->second.buffer_id == a.buffer_id) return; // current
+    CtxScope ctx(device);
+    if (!ctx.ok()) return;
+    if (it != g_ipc_cache.end()) {
+        g_drv.ipc_close_mem_handle(it->second.local);
+        g_ipc_cache.erase(it);
+        return;
+    }
+    for (auto i = g_ipc_cache.begin(); i != g_ipc_cache.end();) {
+        if (stale_for(*i, device, a)) {
+            g_drv.ipc_close_mem_handle(i->second.local);
+            i = g_ipc_cache.erase(i);
+        } else {
+            ++i;
+        }
+    }
 }
 
 // Device identities and peer access do not change while the process runs: cached.
@@ -768,6 +799,7 @@ bool ipc_export(const void *, unsigned char *) { return false; }
 bool ipc_export(const PointerInfo &, unsigned char *) { return false; }
 void *ipc_open(int, const PeerAllocation &, const unsigned char *) { return nullptr; }
 bool ipc_open_closes(int, const PeerAllocation &) { return false; }
+void ipc_close_stale(int, const PeerAllocation &) {}
 bool pci_bus_id(int, char *, int) { return false; }
 int device_by_pci(const char *) { return -1; }
 bool can_access(int, int) { return false; }

@@ -83,6 +83,10 @@ void *ipc_open(int device, const PeerAllocation &a, const unsigned char handle[k
  * so a vote asks this first (gpu_node.cpp, vote_publish).
  */
 bool ipc_open_closes(int device, const PeerAllocation &a);
+/* Closes now the cached mappings ipc_open(device, a, ...) would close first (none when a is
+ * mapped and current), so that the later ipc_open only opens. Waits for the process's GPU
+ * work (cuIpcCloseMemHandle): only where no kernel that waits for other ranks may exist. */
+void ipc_close_stale(int device, const PeerAllocation &a);
 
 /* PCI bus id of `device` ("0000:1b:00.0"), and the ordinal of a bus id in this process
  * (-1 when that GPU is not visible here). */

@@ -219,6 +219,10 @@ int twohop_stream_enqueue_multinode(twohop_comm *c, const twohop_userbuf &in,
         ok = slot != nullptr;
     }
     bool waits = false; // the stream waits on the gate: it must be opened whatever happens
+    // The stream's wait on the gate is one for the proxy (StreamJob opens it after hop 2):
+    // counted from before it is enqueued until the gate opens (gpu_node.h).
+    if (ok) gpu_waiting_kernel_begin();
+    const bool counted = ok;
     // Small calls: one launch (th_stage) for the five steps; else the stream's own copies and
     // memory operations. This rank's choice (what reaches the host copy is the same).
     // The kernel dereferences the buffers: both on the stream's device (the copies of the
@@ -253,6 +257,7 @@ int twohop_stream_enqueue_multinode(twohop_comm *c, const twohop_userbuf &in,
         // This rank cannot take part: the call fails on every rank (the others learn it from
         // the poisoned communicator's failure flag and abort messages).
         if (waits) twohop::open_word(&slot->words->gate, token);
+        if (counted) gpu_waiting_kernel_end();
         std::snprintf(why, whylen, "%s",
                       timed_out ? "no host copy was released within coll_twohop_timeout "
                                   "(stream-ordered calls in flight do not progress)"
@@ -285,8 +290,8 @@ int twohop_stream_enqueue_multinode(twohop_comm *c, const twohop_userbuf &in,
             return rc != TWOHOP_OK ? rc : gpu ? TWOHOP_ERR_HOST : TWOHOP_OK;
         };
     }
-    std::unique_ptr<twohop::Job> job(
-        new twohop::StreamJob(std::move(inner), slot->words, token, start));
+    std::unique_ptr<twohop::Job> job(new twohop::StreamJob(std::move(inner), slot->words, token,
+                                                           start, gpu_waiting_kernel_end));
     const int rc = twohop::submit_job(c, std::move(job), twohop::stream_done, nullptr, true,
                                       false);
     if (rc != TWOHOP_OK) { // the job was dropped (its gate opened): this rank cannot take part

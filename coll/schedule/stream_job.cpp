@@ -12,14 +12,21 @@ bool reached(const uint64_t *word, uint64_t token) {
 void open_word(uint64_t *word, uint64_t token) { __atomic_store_n(word, token, __ATOMIC_RELEASE); }
 
 StreamJob::StreamJob(std::unique_ptr<Job> inner, StreamWords *words, uint64_t token,
-                     std::function<int()> start)
-    : inner_(std::move(inner)), words_(words), token_(token), start_(std::move(start)) {}
+                     std::function<int()> start, std::function<void()> gate_opened)
+    : inner_(std::move(inner)), words_(words), token_(token), start_(std::move(start)),
+      gate_opened_(std::move(gate_opened)) {}
 
 StreamJob::~StreamJob() {
     // The inner job goes first: its transfers are cancelled or finished before the stream
     // may copy out of (and later reuse) the host copy.
     inner_.reset();
-    if (!gate_open_) open_word(&words_->gate, token_);
+    if (!gate_open_) open_gate();
+}
+
+void StreamJob::open_gate() {
+    gate_open_ = true;
+    open_word(&words_->gate, token_);
+    if (gate_opened_) gate_opened_();
 }
 
 int StreamJob::advance() {
@@ -29,8 +36,8 @@ int StreamJob::advance() {
         const int rc = start_ ? start_() : TWOHOP_OK;
         if (rc != TWOHOP_OK) {
             inner_.reset();
-            done_ = gate_open_ = true;
-            open_word(&words_->gate, token_);
+            done_ = true;
+            open_gate();
             return rc;
         }
     }
@@ -47,8 +54,8 @@ int StreamJob::advance() {
     steps_ += inner_->steps() - before;
     if (rc == TWOHOP_PENDING) return rc;
     inner_.reset();
-    done_ = gate_open_ = true;
-    open_word(&words_->gate, token_);
+    done_ = true;
+    open_gate();
     return rc;
 }
 

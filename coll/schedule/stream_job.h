@@ -58,10 +58,11 @@ class StreamJob : public Job {
     /*
      * inner: the host job on the call's host copy; words: the copy's words (host addresses,
      * valid until the job is destroyed); token: this call's value; start: run once at the first
-     * advance (the node's GPU vote), returns a twohop_status (non-OK ends the job).
+     * advance (the node's GPU vote), returns a twohop_status (non-OK ends the job);
+     * gate_opened: run once when the job opens the gate (the stream's wait for it ends).
      */
     StreamJob(std::unique_ptr<Job> inner, StreamWords *words, uint64_t token,
-              std::function<int()> start);
+              std::function<int()> start, std::function<void()> gate_opened = {});
     ~StreamJob() override; // opens the gate if the job has not (failure, timeout, teardown)
     int advance() override;
     /* True once the stream delivered the input (tests). */
@@ -73,7 +74,9 @@ class StreamJob : public Job {
     StreamWords *words_;
     uint64_t token_;
     std::function<int()> start_;
+    std::function<void()> gate_opened_; // run once, when this job opens the gate
     bool started_ = false, arrived_ = false, gate_open_ = false, done_ = false;
+    void open_gate();
 };
 
 } // namespace twohop
