@@ -375,13 +375,13 @@ void *ipc_open(int device, const PeerAllocation &a, const unsigned char handle[k
 
 namespace {
 /* With g_ipc_m held: whether cache entry e (another key than a's) must be closed before a is
- * opened: a mapping of the same peer on the same device overlapping a (freed memory), or any
- * mapping of the peer when a sizes is unknown (ipc_open's second pass closes them all). */
+ * opened: a mapping of the same peer on the same device overlapping a (freed memory); with a
+ * size unknown, `unknown` (ipc_open's second pass may close every mapping of the peer). */
 bool stale_for(const std::pair<const std::tuple<int, long long, unsigned long long>, Mapping> &e,
-               int device, const PeerAllocation &a) {
+               int device, const PeerAllocation &a, bool unknown) {
     const unsigned long long b = std::get<2>(e.first), n = e.second.size;
     if (std::get<0>(e.first) != device || std::get<1>(e.first) != a.pid) return false;
-    if (n == 0 || a.size == 0) return true;
+    if (n == 0 || a.size == 0) return unknown;
     return b < a.base + a.size && a.base < b + n;
 }
 } // namespace
@@ -392,10 +392,12 @@ bool ipc_open_closes(int device, const PeerAllocation &a) {
     auto it = g_ipc_cache.find(key);
     if (it != g_ipc_cache.end()) return it->second.buffer_id != a.buffer_id;
     for (const auto &e : g_ipc_cache) {
-        if (stale_for(e, device, a)) return true;
+        if (stale_for(e, device, a, true)) return true;
     }
     return false;
 }
+// (A stale entry at a's address also makes the mappings overlapping a stale: ipc_close_stale
+// closes both kinds, so that ipc_open then finds nothing mapped over the new allocation.)
 
 void ipc_close_stale(int device, const PeerAllocation &a) {
     std::lock_guard<std::mutex> lock(g_ipc_m);
@@ -407,10 +409,10 @@ void ipc_close_stale(int device, const PeerAllocation &a) {
     if (it != g_ipc_cache.end()) {
         g_drv.ipc_close_mem_handle(it->second.local);
         g_ipc_cache.erase(it);
-        return;
     }
     for (auto i = g_ipc_cache.begin(); i != g_ipc_cache.end();) {
-        if (stale_for(*i, device, a)) {
+        // Not the peer's mappings of unknown size: they may be another call's, in use.
+        if (stale_for(*i, device, a, false)) {
             g_drv.ipc_close_mem_handle(i->second.local);
             i = g_ipc_cache.erase(i);
         } else {

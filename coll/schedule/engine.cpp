@@ -107,6 +107,10 @@ int deliver_completed(twohop_comm *c) {
         }
         g_queued.fetch_sub(1, std::memory_order_relaxed);
         c->inflight.fetch_sub(1);
+        // A failed call's GPU work left running where it was dropped (the proxy thread makes
+        // no CUDA call outside a step's lock): it ends before the request does, since the
+        // application may reuse the buffers from then on.
+        if (q->result != TWOHOP_OK && c->gpu_hop1.pending) gpu_settle(c);
         q->done(q->ctx, q->result, why);
         ++n;
     }
