@@ -210,11 +210,13 @@ namespace {
 std::atomic<unsigned long long> g_gpu_calls{0};
 std::atomic<unsigned long long> g_hop1_calls{0};
 /*
- * Call kernels of this process that may wait for other nodes (the GPU-posted call kernel or
- * its stream operations: blocking, as a job, stream-ordered), launched and not yet seen to end.
- * While any is, a vote whose mapping of a peer's buffer would first close a stale CUDA IPC
- * mapping says no (vote_publish): cuIpcCloseMemHandle waits for the process's GPU work, that
- * kernel waits for another node, and the other node may wait for this call.
+ * Kernels and stream waits of this process that may wait for other ranks or for the proxy
+ * thread (the GPU-posted call kernel or its stream operations: blocking, as a job,
+ * stream-ordered; a stream-ordered call's wait on its host copy's gate), counted from before
+ * their launch until seen to end. While any is, a vote whose mapping of a peer's buffer would
+ * first close a stale CUDA IPC mapping says no (vote_publish: cuIpcCloseMemHandle waits for the
+ * process's GPU work, that kernel waits for another rank, which may wait for this call), and
+ * the proxy makes no CUDA call; with none, the vote makes the closes itself.
  */
 std::atomic<int> g_waiting_kernels{0};
 /*
