@@ -229,7 +229,9 @@ std::atomic<int> g_waiting_kernels{0};
  */
 std::mutex g_cuda_step_m;
 thread_local bool t_cuda_step = false; // this thread holds g_cuda_step_m for a step
-void waiting_kernel_begin() {
+} // namespace
+
+void gpu_waiting_kernel_begin() {
     if (t_cuda_step) { // inside the proxy's step of a device job: the lock is held
         g_waiting_kernels.fetch_add(1, std::memory_order_acq_rel);
         return;
@@ -237,11 +239,7 @@ void waiting_kernel_begin() {
     std::lock_guard<std::mutex> g(g_cuda_step_m);
     g_waiting_kernels.fetch_add(1, std::memory_order_acq_rel);
 }
-void waiting_kernel_end() { g_waiting_kernels.fetch_sub(1, std::memory_order_acq_rel); }
-} // namespace
-
-void gpu_waiting_kernel_begin() { waiting_kernel_begin(); }
-void gpu_waiting_kernel_end() { waiting_kernel_end(); }
+void gpu_waiting_kernel_end() { g_waiting_kernels.fetch_sub(1, std::memory_order_acq_rel); }
 
 extern "C" const unsigned long long *twohop_gpu_hop1_calls_counter(void) {
     return reinterpret_cast<const unsigned long long *>(&g_hop1_calls);
@@ -283,7 +281,7 @@ bool GpuHop1::settle() {
             }
         }
     }
-    if (job_pending) waiting_kernel_end();
+    if (job_pending) gpu_waiting_kernel_end();
     pending = job_pending = false;
     return true;
 }
@@ -1367,12 +1365,6 @@ class GpuNodeJob : public twohop::Job {
                 (void)decline(c_, s_);
                 return to_host();
             }
-            // Mapping the peers' buffers would close a stale mapping (a wait for this
-            // process's GPU work, cuda_driver.h: ipc_open_closes): a thread inside MPI does it.
-            if (proxy && mapping_closes()) {
-                handback_ = true;
-                return TWOHOP_PENDING;
-            }
             if (c_->topo.n_nodes() > 1) {
                 bool posted = true; // every local rank can run the GPU-posted job
                 for (int l = 0; l < c_->topo.local_size(); ++l) {
@@ -1459,8 +1451,8 @@ class GpuNodeJob : public twohop::Job {
         case kStart:
         case kHost: return host_async_;
         case kFree: return c_->async_progress && !stage_in_;
-        case kDesc:
-        case kVote: return c_->async_progress && !handback_;
+        case kDesc: return c_->async_progress && !handback_;
+        case kVote: return c_->async_progress;
         case kReduced: return c_->async_progress && !stage_out_;
         case kGpuPipeline:
         case kPosted: return c_->async_progress;
@@ -1547,7 +1539,7 @@ class GpuNodeJob : public twohop::Job {
         sched.end_word = &h.ring_dev->drained;
         sched.end_value = 1;
         sched.bounded = true;
-        waiting_kernel_begin(); // ended where job_pending is cleared
+        gpu_waiting_kernel_begin(); // ended where job_pending is cleared
         h.job_pending = true;
         sched.call(counters_, kernel_blocks_);
         if (!sched.ok) {
@@ -1572,7 +1564,7 @@ class GpuNodeJob : public twohop::Job {
         g_doorbells.fetch_add(posted_->job.doorbells(), std::memory_order_relaxed);
         if (rc == TWOHOP_OK) {
             h.job_pending = false; // the kernel wrote `drained`, its last act
-            waiting_kernel_end();
+            gpu_waiting_kernel_end();
             gpu_hop1_done();
             g_posted_calls.fetch_add(1, std::memory_order_relaxed);
         } else {
@@ -1595,20 +1587,6 @@ class GpuNodeJob : public twohop::Job {
         state_ = kHost;
         if (!host_async_ && twohop::Proxy::on_proxy_thread()) return TWOHOP_PENDING;
         return run_states(twohop::Proxy::on_proxy_thread());
-    }
-    /* Whether mapping the peers' buffers (activate_hop1, shard_args) would first close a stale
-     * CUDA IPC mapping. */
-    bool mapping_closes() const {
-        for (int l = 0; l < c_->topo.local_size(); ++l) {
-            if (l == c_->topo.local_rank) continue;
-            for (const GpuDesc::Buffer *b : {&peer_[l].send, &peer_[l].recv}) {
-                if (cuda::ipc_open_closes(device_, cuda::PeerAllocation{peer_[l].pid, b->base,
-                                                                        b->id, b->size})) {
-                    return true;
-                }
-            }
-        }
-        return false;
     }
     /*
      * Several nodes, every local rank voted yes: the pipeline with hop 1 and hop 3 on the GPU
@@ -1657,7 +1635,7 @@ class GpuNodeJob : public twohop::Job {
     std::unique_ptr<twohop::Job> host_;
     uint64_t host_base_ = 0;
     const bool host_async_;  // the host path's job on these buffers is safe on the proxy
-    bool handback_ = false;  // the proxy stopped before a step for the MPI threads
+    bool handback_ = false;  // the proxy stopped before the vote's closes (vote_publish)
 };
 
 } // namespace
@@ -1685,7 +1663,7 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
     c->seq += nseg;
     // Its kernel (or stream operations) may wait for other nodes until the call ends: see
     // g_waiting_kernels. Ended below once the GPU side is seen to end.
-    waiting_kernel_begin();
+    gpu_waiting_kernel_begin();
 
     // 1. The call on the communicator's stream (PostedSchedule). Enqueued by this thread while the proxy
     // runs the job (2.), at most kPostedWindow segments ahead of the hop-2 results: the
@@ -1819,7 +1797,7 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
     if (!sched.ok) {
         release_posted(c, h.ring, s0);
         gpu_settle(c);
-        if (!h.stuck) waiting_kernel_end();
+        if (!h.stuck) gpu_waiting_kernel_end();
         return gpu_error(c, "enqueueing the GPU-posted call failed on local rank", me);
     }
     if (rc == twohop::Proxy::kStopped || rc == twohop::kPostedBadDescriptor) {
@@ -1830,11 +1808,11 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
     if (rc != TWOHOP_OK) {
         release_posted(c, h.ring, s0);
         gpu_settle(c);
-        if (!h.stuck) waiting_kernel_end();
+        if (!h.stuck) gpu_waiting_kernel_end();
         return rc;
     }
     h.pending = false;
-    waiting_kernel_end(); // `drained` was seen: the GPU side ended
+    gpu_waiting_kernel_end(); // `drained` was seen: the GPU side ended
     g_posted_calls.fetch_add(1, std::memory_order_relaxed);
     // The tail this call took (the proxy's steps ended: this thread reads alone), the next
     // call's prediction; one outlier delays one call's early wake-up at most.
@@ -2011,12 +1989,12 @@ class StreamPostedJob : public twohop::Job {
           job_(slot.ring, &backend_, s0, nseg, 0, TWOHOP_ERR_TIMEOUT), bytes_(count * red.item_bytes),
           timed_(c->verbose >= 3) {
         if (timed_) t_queued_ = Clock::now();
-        waiting_kernel_begin(); // the call's kernel, enqueued after this job is queued
+        gpu_waiting_kernel_begin(); // the call's kernel, enqueued after this job is queued
     }
     ~StreamPostedJob() override {
         // Ended, or its waits released here (it then ends without other nodes).
         if (!finished_) release_posted(c_, slot_.ring, s0_);
-        waiting_kernel_end();
+        gpu_waiting_kernel_end();
         slot_.job_live->store(false, std::memory_order_release);
     }
     int advance() override {
