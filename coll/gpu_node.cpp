@@ -660,10 +660,11 @@ int node_kernel(twohop_comm *c, const GpuDesc *peer, int device, bool one_device
         char msg[320];
         std::snprintf(msg, sizeof(msg),
                       "GPU path: seq %llu, %llu elements%s, staged in %d out %d, vector %d, "
-                      "in[0] %p out[0] %p in[1] %p out[1] %p",
+                      "in[0] %p out[0] %p in[1] %p out[1] %p%s",
                       static_cast<unsigned long long>(s), static_cast<unsigned long long>(a.n),
                       one_kernel ? " (the node's one kernel)" : "", stage_in, stage_out, a.vec,
-                      a.in[0], a.out[0], a.in[1], a.out[1]);
+                      a.in[0], a.out[0], a.in[1], a.out[1],
+                      twohop::Proxy::on_proxy_thread() ? ", on the proxy thread" : "");
         c->host.log(3, msg);
     }
     if (!cuda::launch_and_wait(device, kernel_name(red.dtype, red.op), &a, sizeof(a), a.n,

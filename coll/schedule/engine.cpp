@@ -37,6 +37,13 @@ constexpr int64_t kMpiDrivesNs = 20000;
  * checks, and one pass of the MPI's whole progress engine costs far more than one check. */
 constexpr int kMpiRetries = 16;
 
+/* The starting thread of a call still pending returns to the application: the proxy thread
+ * may take the calls over at once, not kMpiDrivesNs after that thread's last progress (an MPI
+ * call just before the start, e.g. the barrier or the previous MPI_Wait). Measured on one node,
+ * device buffers: docs/perf.md. Another thread inside MPI (MPI_THREAD_MULTIPLE) sets the time
+ * again at its next progress; until then the two only try the engine lock. */
+void leaving_mpi() { g_mpi_progress_ns.store(0, std::memory_order_relaxed); }
+
 int64_t now_ns() {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(
                Clock::now().time_since_epoch()).count();
@@ -433,7 +440,10 @@ int submit_job(twohop_comm *c, std::unique_ptr<Job> job, twohop_done_fn done, vo
         // pass: queued for the proxy and MPI progress without waiting for the engine lock
         // (its holder may be in the middle of a long pass).
         enqueue_call(c, q, !held);
-        if (q->async_ok) kick_async();
+        if (q->async_ok) {
+            if (!held) leaving_mpi();
+            kick_async();
+        }
         return TWOHOP_OK;
     }
     lock_engine(c);
@@ -443,6 +453,7 @@ int submit_job(twohop_comm *c, std::unique_ptr<Job> job, twohop_done_fn done, vo
     bool pending;
     (void)advance_queue(c, &pending);
     unlock_engine(c);
+    if (pending) leaving_mpi();
     if (pending && wake_proxy) kick_async();
     return TWOHOP_OK;
 }
@@ -465,6 +476,13 @@ extern "C" int twohop_comm_iallreduce(twohop_comm *c, const twohop_userbuf *in,
     // below 4 KiB, 1.04-3.7x on two virtual nodes from 8 KiB: docs/perf.md).
     if (count > 0 && c->gpu_round && (c->topo.n_nodes() == 1 || !latency)) {
         job = gpu_node_job(c, *in, *out, count, *red);
+        // Device buffers with asynchronous progress: the proxy thread takes the job over after
+        // its start (the vote, the kernel). Woken now, its wake-up overlaps the start (the
+        // input's synchronisation with the legacy stream) instead of following it. Thread
+        // scheduling only: nothing any rank does depends on it.
+        if (c->async_progress && in->device != nullptr && out->device != nullptr) {
+            twohop::Proxy::instance().prewake();
+        }
     } else if (count > 0) {
         job = twohop::make_job(c, *in, *out, count, *red);
     }
