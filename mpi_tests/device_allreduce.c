@@ -66,6 +66,8 @@
  * Each rank uses GPU (local rank mod device count). Exit 0 on success.
  * DEVICE_ALLREDUCE_STACKS=S: S seconds after MPI_Init every thread prints its stack (a hang's
  * diagnosis; stderr).
+ * DEVICE_ALLREDUCE_SCHED (any value): bench prints every rank's threads' scheduler account of
+ * the whole sweep (time on a CPU, time waiting for one, context switches: thread_sched.h).
  */
 #define _GNU_SOURCE
 #include <cuda_runtime.h>
@@ -85,6 +87,7 @@
 #include "twohop.h"
 #include "twohop_half.h"
 #include "twohop_pvars.h"
+#include "thread_sched.h"
 #if MPI_VERSION < 4 && defined(OPEN_MPI)
 #include <mpi-ext.h>
 #endif
@@ -761,6 +764,11 @@ static int bench(bool stage, bool pinned, size_t max_bytes) {
         CK(cudaMallocHost((void **)&h_in, max_bytes));
         CK(cudaMallocHost((void **)&h_out, max_bytes));
     }
+    /* DEVICE_ALLREDUCE_SCHED set: every rank prints its threads' scheduler account of the
+     * sweep (thread_sched.h), to tell slow calls from threads that waited for a core. */
+    const bool sched = getenv("DEVICE_ALLREDUCE_SCHED") != NULL;
+    struct thread_sched sched0[64];
+    const int nsched0 = sched ? thread_sched_snapshot(sched0, 64) : 0;
     if (rank == 0) {
         printf("# device_allreduce bench: %d ranks, MPI_FLOAT sum, %s\n", size,
                stage ? "staged by hand (D2H, MPI_Allreduce on host, H2D)" : "device buffers");
@@ -838,6 +846,14 @@ static int bench(bool stage, bool pinned, size_t max_bytes) {
             printf("\n");
         }
         free(t);
+    }
+    if (sched) {
+        struct thread_sched sched1[64];
+        const int nsched1 = thread_sched_snapshot(sched1, 64);
+        for (int r = 0; r < size; r++) { /* rank by rank, so the lines stay together */
+            if (r == rank) thread_sched_print(stdout, rank, sched0, nsched0, sched1, nsched1);
+            MPI_Barrier(MPI_COMM_WORLD);
+        }
     }
     CK(cudaFree(d_in));
     CK(cudaFree(d_out));

@@ -64,6 +64,12 @@
 #          (coll_twohop_posted_kernel_blocks 1..16; KDIAG_SWEEP: "gpu_posted blocks" separated
 #          by ';', empty to skip) against CPU-posted, 4 and 8 ranks on two virtual nodes over
 #          shared memory.
+#   stall8: blocking GPU-posted calls at 8 ranks on two virtual nodes (hop 2 over shared
+#          memory), 1 and 2 MiB, STALL_RUNS times (default 6), and CPU-posted STALL_CP_RUNS
+#          times (default 2), each with DEVICE_ALLREDUCE_SCHED: a table of the medians beside
+#          the threads' time on a CPU and waiting for one (callers, proxy threads, the rest),
+#          to tell a stalled run (most calls 1-5 ms) caused by threads waiting for a core
+#          from one stalled elsewhere.
 #   small8: 8 ranks on one GPU, 8 B - 2 KiB swept three times in one run, and the phases of
 #          8 B calls alone.
 #   formsbench: the timings of mode forms only (forms_bench at 8 and 16 ranks; with OMB_DIR
@@ -519,6 +525,45 @@ for f in sorted(glob.glob(f"{out}/wake_np{np}_p1_*.txt")):
 PY
         fi
     done
+    echo "================ gpu_check summary"
+    exit $status
+fi
+# --- mode stall8: whether slow GPU-posted runs at 8 ranks are threads waiting for a core
+# (docs/perf.md, "Blocking GPU-posted calls at 8 ranks on one GPU: intermittent stalls").
+if [[ $mode == stall8 ]]; then
+    shm=(bash -c 'OMPI_MCA_coll_twohop_vnode_shm_transport=1 exec "$@"' _)
+    rm -f "$out"/stall8_*.txt
+    for rep in $(seq "${STALL_RUNS:-6}"); do
+        for p in 1 0; do
+            ((p == 0 && rep > ${STALL_CP_RUNS:-2})) && continue
+            DEVICE_ALLREDUCE_SCHED=1 RUN_MCA="coll_twohop_gpu_posted=$p" \
+                run 8 rr:2 0 -- "${shm[@]}" "$build/mpi_tests/device_allreduce" bench \
+                --min 1048576 --step 2 --max 2097152 >"$out/stall8_p${p}_r$rep.txt" 2>&1 ||
+                status=1
+        done
+    done
+    echo "== 8 ranks, 2 virtual nodes (shm), 1 and 2 MiB: median us, then the sweep's threads summed over the ranks (thread_sched.h): ms on a CPU / ms waiting for one / involuntary switches, for the callers (main), the proxy threads and the rest; the largest wait of one proxy"
+    python3 - "$out" <<'PY' || status=1
+import glob, sys
+out = sys.argv[1]
+print(f"{'run':<14} {'1 MiB':>8} {'2 MiB':>8} {'main':>20} {'twohop-proxy':>20} {'other':>20} {'proxy max wait':>15}")
+for f in sorted(glob.glob(f"{out}/stall8_p*_r*.txt")):
+    us, cls, pmax = {}, {}, 0.0
+    for line in open(f, errors="replace"):
+        v = line.split()
+        if len(v) >= 6 and v[0].isdigit():
+            us[int(v[0])] = float(v[1])
+        elif line.startswith("# sched rank"):
+            name, run, wait, inv = v[6], float(v[8]), float(v[10]), int(v[14])
+            k = name if name in ("main", "twohop-proxy") else "other"
+            c = cls.setdefault(k, [0.0, 0.0, 0])
+            c[0] += run; c[1] += wait; c[2] += inv
+            if k == "twohop-proxy": pmax = max(pmax, wait)
+    cell = lambda k: "{:.0f} / {:.0f} / {}".format(*cls[k]) if k in cls else "-"
+    name = f.rsplit("/", 1)[-1][7:-4]
+    print(f"{name:<14} {us.get(1048576, 0):8.1f} {us.get(2097152, 0):8.1f} {cell('main'):>20} "
+          f"{cell('twohop-proxy'):>20} {cell('other'):>20} {pmax:15.1f}")
+PY
     echo "================ gpu_check summary"
     exit $status
 fi

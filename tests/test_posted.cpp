@@ -99,6 +99,16 @@ TEST(Proxy, RunsJobsFromSeveralThreads) {
     EXPECT_TRUE(p.running());
 }
 
+// Tools tell the proxy from the application's threads by its name (top -H, gdb,
+// /proc/<pid>/task/*/comm; the benchmarks' scheduler account, mpi_tests/thread_sched.h).
+TEST(Proxy, ThreadIsNamed) {
+    Proxy p;
+    ASSERT_EQ(p.run([] { return 3; }), 3);
+    char name[32] = {0};
+    ASSERT_EQ(pthread_getname_np(p.handle(), name, sizeof(name)), 0);
+    EXPECT_STREQ(name, "twohop-proxy");
+}
+
 TEST(Proxy, SleepsWhenIdle) {
     Proxy p;
     ASSERT_EQ(p.run([] { return 7; }), 7);

@@ -1,5 +1,7 @@
 #include "proxy.h"
 
+#include <pthread.h>
+
 #include <vector>
 
 namespace twohop {
@@ -99,6 +101,9 @@ bool Proxy::on_proxy_thread() { return t_on_proxy; }
 
 void Proxy::loop() {
     t_on_proxy = true;
+    // Named, so that tools (top -H, gdb, /proc/<pid>/task/*/comm) tell it from the application's
+    // threads; names are at most 15 characters.
+    (void)pthread_setname_np(pthread_self(), "twohop-proxy");
     std::vector<Job *> batch;
     std::unique_lock<std::mutex> lock(m_);
     for (;;) {
