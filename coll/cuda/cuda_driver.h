@@ -80,7 +80,7 @@ void *ipc_open(int device, const PeerAllocation &a, const unsigned char handle[k
  * address of the peer, or one of the peer overlapping the allocation elsewhere (freed memory).
  * cuIpcCloseMemHandle waits for the process's GPU work: on the H200 it blocked while a
  * GPU-posted call kernel of another communicator waited for another node (docs/design.md),
- * so a vote asks this first (gpu_node.cpp, vote_publish).
+ * so a vote asks this first (gpu/vote.cpp, vote_publish).
  */
 bool ipc_open_closes(int device, const PeerAllocation &a);
 /* Closes now the cached mappings ipc_open(device, a, ...) would close first (none when a is
@@ -119,7 +119,7 @@ bool launch_grid(int device, const char *name, const void *args, std::size_t arg
  * asked once per kernel and device); 0 on a driver error. */
 int resident_blocks(int device, const char *name, unsigned threads);
 /* A new non-blocking stream of `device`'s primary context (a communicator's own, for work
- * that waits on the host: gpu_node.cpp), or nullptr; stream_destroy releases it (nullptr: no
+ * that waits on the host: gpu/), or nullptr; stream_destroy releases it (nullptr: no
  * effect). */
 void *stream_create(int device);
 void stream_destroy(int device, void *stream);

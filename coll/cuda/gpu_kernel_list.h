@@ -1,7 +1,7 @@
 /*
  * The (element type, op) pairs the GPU path computes: MPI's predefined pairs (MPI-4.1 section
  * 6.9.2) except long double ones (no device long double). One X-macro list shared by the
- * device code (gpu_kernels.cu defines one kernel per entry) and the host (gpu_node.cpp looks
+ * device code (gpu_kernels.cu defines one kernel per entry) and the host (gpu/vote.cpp looks
  * kernels up by name), so the two cannot drift apart.
  *
  * X(DTYPE, CTYPE, OP, FUNCTOR): DTYPE a twohop_dtype, CTYPE its element type (reduce_ops.h),

@@ -35,7 +35,7 @@
  * 512 threads) next to the GPU's multiprocessors, the assumption NCCL's persistent kernels
  * make too.
  *
- * Plain data shared by the host (gpu_node.cpp fills it) and the device; passed by value.
+ * Plain data shared by the host (gpu/posted_exec.cpp fills it) and the device; passed by value.
  */
 #ifndef TWOHOP_POSTED_CALL_H
 #define TWOHOP_POSTED_CALL_H

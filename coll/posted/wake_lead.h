@@ -29,7 +29,7 @@
  * latency plus the prediction's error). The lead it had is the predicted tail less the time
  * from the last gate to when its caller was signalled: woken at the lead, at the gate (the
  * whole predicted tail) or at the end (a tail shorter than predicted less the lead; the
- * caller computes it: gpu_node.cpp, gpu_posted_pipeline). The next lead is the q-th
+ * caller computes it: gpu/posted_path.cpp, gpu_posted_pipeline). The next lead is the q-th
  * percentile of the last kWindow calls' needed leads (nearest rank: the ceil(q/100 * n)-th
  * smallest of n), clamped to [0, max_us]; before kMinSamples calls it stays start_us. So
  * about (100 - q) % of the calls wake late, by the distribution's tail beyond the q-th

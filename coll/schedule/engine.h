@@ -29,7 +29,7 @@
  *     progress_all(async only): it advances only calls whose every step is safe off the MPI
  *     threads -- host buffers of the canonical layout, predefined ops (no user function, no
  *     convertor, no memory-kind copies) -- and jobs while they say their next steps are
- *     (Job::async_now: the node GPU job on device buffers, gpu_node.cpp); its own UCX use is
+ *     (Job::async_now: the node GPU job on device buffers, gpu/node_job.cpp); its own UCX use is
  *     serialised with the calling threads' by the worker's mutex (comm_setup.cpp). It stops
  *     when the last queued call is gone and is resubmitted by the next call.
  */

@@ -35,7 +35,7 @@ class Job {
      * not (engine.cpp: async_safe): host memory, UCX and CUDA calls that never wait for the
      * application's streams or for other ranks (the node GPU job's vote, its kernels and the
      * GPU pipeline on the communicator's own stream; the GPU-posted job after its kernel's
-     * launch: gpu_node.cpp). The engine then lets the proxy advance it; when it turns false
+     * launch: gpu/node_job.cpp). The engine then lets the proxy advance it; when it turns false
      * again (what is left needs a thread inside MPI: host copies of device memory, a stale
      * CUDA IPC mapping to close) the proxy leaves it to the MPI threads. A job that asks for
      * async_now() stops, when it runs on the proxy thread (Proxy::on_proxy_thread), before a

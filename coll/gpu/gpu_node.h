@@ -196,7 +196,7 @@ struct GpuHop1 {
  * GPU-posted call kernel, a stream-ordered call's wait on its gate) is about to be enqueued:
  * counted until gpu_waiting_kernel_end, called once when it is seen to end or its wait is
  * released. While any is counted the proxy makes no CUDA call and no vote closes a stale CUDA
- * IPC mapping (gpu_node.cpp: g_waiting_kernels, g_cuda_step_m). */
+ * IPC mapping (gpu/vote.cpp: g_waiting_kernels, g_cuda_step_m). */
 void gpu_waiting_kernel_begin();
 void gpu_waiting_kernel_end();
 
