@@ -63,7 +63,7 @@ int twohop_comm::poll_transport() {
     // A rank on another node gave up and told its rail neighbours (us).
     // (Only once this rank has reached the failed call: see AbortMessages.)
     if (aborts && aborts->posted && aborts->recv.done.load(std::memory_order_acquire) &&
-        aborts->recv.status == UCS_OK && aborts->in[1] <= seq) {
+        aborts->recv.status == UCS_OK && aborts->in[1] <= seq.last()) {
         return TWOHOP_ERR_PEER;
     }
     // A local peer that failed its part of the call told us through the control block (a call
@@ -214,7 +214,7 @@ int run_call(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out
              int *enqueued) {
     // A stream-ordered call still running on this rank's GPU writes this rank's flags: the
     // host must not write them before it has (gpu_node_enqueue drains itself if it declines).
-    c->call_first_seq = c->seq + 1;
+    c->call_first_seq = c->seq.last() + 1;
     int rc = enqueue ? TWOHOP_OK : gpu_enqueue_drain(c);
     if (rc != TWOHOP_OK) return rc;
     bool joined = !enqueue;
@@ -359,13 +359,13 @@ extern "C" int twohop_comm_refuse_capture(twohop_comm *c, char *why, size_t whyl
     std::snprintf(msg, sizeof(msg), "twohop_allreduce_enqueue on a stream being captured into a "
                   "CUDA graph is refused (a replay would run the stream's half of the call "
                   "without its host half; or the stream's capture state could not be read)");
-    c->call_first_seq = c->seq + 1;
+    c->call_first_seq = c->seq.last() + 1;
     c->fail(TWOHOP_ERR_HOST, msg);
     if (why && whylen) std::snprintf(why, whylen, "%s", msg);
     return TWOHOP_ERR_HOST;
 }
 
 extern "C" void twohop_comm_abort(twohop_comm *c, int status, const char *why) {
-    c->call_first_seq = c->seq + 1; // the call this rank cannot take part in
+    c->call_first_seq = c->seq.last() + 1; // the call this rank cannot take part in
     if (c->poisoned == TWOHOP_OK) c->fail(status, why ? why : twohop::status_reason(status));
 }

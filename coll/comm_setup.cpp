@@ -289,7 +289,7 @@ twohop_comm::~twohop_comm() {
     if (healthy) {
         gpu_hop1.release_segment();
         twohop::RetainedShm r;
-        r.offer = twohop::ShmOffer{shm_token, shm_shape, seq};
+        r.offer = twohop::ShmOffer{shm_token, shm_shape, seq.last()};
         r.shm.reset(new twohop::NodeShm(std::move(shm)));
         twohop::ShmCache::process().put(std::move(r));
     }
@@ -582,7 +582,7 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
         return TWOHOP_ERR_NO_MEMORY;
     }
     c->shm_token = twohop::shm_token(c->shm.name());
-    c->seq = seq_base;
+    c->seq.start_at(seq_base);
     c->shm_reused = reuse;
     if (seq_base > 0) {
         // Every wait of this communicator targets a sequence number above seq_base; my flags

@@ -26,6 +26,7 @@
 #include "node_shm.h"
 #include "rail_rd.h"
 #include "rail_rhd.h"
+#include "sequence.h"
 #include "rail_ring.h"
 #include "topology.h"
 #include "twohop_core.h"
@@ -61,25 +62,6 @@ struct QueuedCall;  // coll/schedule/engine.h
 class StreamSlots;  // coll/schedule/stream_call.h
 }
 
-namespace twohop {
-/* A 64-bit counter with relaxed atomic loads and stores, used like a plain uint64_t by the one
- * thread that writes it at a time (read-modify-writes are not atomic: there is one writer). */
-class RelaxedU64 {
-  public:
-    RelaxedU64() = default;
-    operator uint64_t() const { return v_.load(std::memory_order_relaxed); }
-    RelaxedU64 &operator=(uint64_t x) {
-        v_.store(x, std::memory_order_relaxed);
-        return *this;
-    }
-    uint64_t operator++() { return *this = uint64_t(*this) + 1, uint64_t(*this); }
-    RelaxedU64 &operator+=(uint64_t x) { return *this = uint64_t(*this) + x; }
-
-  private:
-    std::atomic<uint64_t> v_{0};
-};
-} // namespace twohop
-
 struct twohop_comm {
     twohop_host host;
     twohop::Topology topo;
@@ -98,7 +80,7 @@ struct twohop_comm {
     // Segments processed on this communicator (same on all ranks). Written by the engine lock's
     // holder, or by a stream-ordered call's calling thread reserving numbers (engine.h) while
     // the proxy thread's failure checks read it: relaxed atomic accesses.
-    twohop::RelaxedU64 seq;
+    twohop::Sequence seq;
     uint64_t call_first_seq = 1;   // the first sequence number of the call in progress
     std::vector<int> my_shards;
     const twohop::MemOps *mem = &twohop::mem_ops(twohop::MemoryKind::Host); // user buffers
@@ -243,7 +225,7 @@ struct twohop_comm {
     bool peer_failed(int i) {
         twohop::RankFlags &f = shm.flags(i);
         return f.failed.load(std::memory_order_acquire) != 0 &&
-               f.failed_seq.load(std::memory_order_relaxed) <= seq;
+               f.failed_seq.load(std::memory_order_relaxed) <= seq.last();
     }
     /* Starts hop 2 of rail i (set `set`) over data[0, items) with the agreed algorithm. */
     int start_hop2(int set, size_t i, char *data, uint64_t items, const twohop::Reducer *red,

@@ -65,7 +65,7 @@ int gpu_node_enqueue(twohop_comm *c, const twohop_userbuf &in, const twohop_user
     *taken = false;
     const int L = c->topo.local_size();
     const int me = c->topo.local_rank;
-    const uint64_t s = ++c->seq;
+    const uint64_t s = c->seq.take();
     GpuHop1 &h = c->gpu_hop1;
 
     // Round 1: my descriptor (no wait for my input: the stream orders it).
@@ -251,7 +251,7 @@ int gpu_stream_posted(twohop_comm *c, const twohop_userbuf &in, const twohop_use
     GpuHop1 &h = c->gpu_hop1;
     const int me = c->topo.local_rank;
     const uint64_t bytes = count * red.item_bytes;
-    const uint64_t s = ++c->seq;
+    const uint64_t s = c->seq.take();
     const auto t_start = std::chrono::steady_clock::now();
 
     // Round 1: my descriptor (no wait for my input: the streams order it, step 2).
@@ -268,9 +268,9 @@ int gpu_stream_posted(twohop_comm *c, const twohop_userbuf &in, const twohop_use
     publish_desc(c, d, s);
     if (!d.can) return vote_no(c, s);
     // An error leaves the failed call's number as the next one (the caller records the
-    // failure under c->seq + 1, where the node peers look for it).
+    // failure under c->seq.last() + 1, where the node peers look for it).
     auto failed = [c, s](int rc) {
-        c->seq = s - 1;
+        (void)c->seq.give_back(s);
         return rc;
     };
     int rc;
@@ -304,8 +304,7 @@ int gpu_stream_posted(twohop_comm *c, const twohop_userbuf &in, const twohop_use
     // it), then the stream's half.
     const uint64_t seg_items = twohop::segment_items(c->slot_bytes, red.item_bytes);
     const uint64_t nseg = twohop::segment_count(count, seg_items);
-    const uint64_t s0 = c->seq;
-    c->seq += nseg;
+    const uint64_t s0 = c->seq.reserve(nseg);
     // The call's `ready` word: the node's calls of this form in turn (every local rank counts
     // the calls its node agreed to run here, so the word is the same on all of them).
     const int ready_word =

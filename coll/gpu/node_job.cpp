@@ -76,7 +76,7 @@ class GpuNodeJob : public twohop::Job {
         switch (state_) {
         case kStart: {
             ++steps_;
-            s_ = ++c_->seq;
+            s_ = c_->seq.take();
             describe(c_, in_, out_, red_, bytes(), &d_, &device_, &stage_in_, &stage_out_);
             // The input: the application's work on the legacy stream, taken when the job
             // starts (in the starting call unless calls are queued before it), not later in
@@ -308,8 +308,7 @@ class GpuNodeJob : public twohop::Job {
         const uint64_t seg_items = twohop::segment_items(c_->slot_bytes, red_.item_bytes);
         const uint64_t nseg = twohop::segment_count(count_, seg_items);
         twohop::reset(h.ring);
-        s0_ = c_->seq;
-        c_->seq += nseg;
+        s0_ = c_->seq.reserve(nseg);
         posted_.reset(new (std::nothrow) Posted(c_, red_, count_, seg_items, s0_, nseg, h.ring));
         if (!posted_) {
             release_posted(c_, h.ring, s0_);

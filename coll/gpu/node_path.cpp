@@ -76,7 +76,7 @@ int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_us
                        uint64_t count, const twohop_reduction &red, bool *taken) {
     *taken = false;
     const int me = c->topo.local_rank;
-    const uint64_t s = ++c->seq;
+    const uint64_t s = c->seq.take();
     RankFlags &mine = c->shm.flags(me);
     // Phase clock (verbose >= 2): tick(k) adds the time since the previous tick to phase k.
     const bool clocked = c->verbose >= 2;

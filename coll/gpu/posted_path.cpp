@@ -79,8 +79,7 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
         return gpu_error(c, "registering the GPU-posted descriptor ring failed on local rank", me);
     }
     twohop::reset(h.ring);
-    const uint64_t s0 = c->seq;
-    c->seq += nseg;
+    const uint64_t s0 = c->seq.reserve(nseg);
     // Its kernel (or stream operations) may wait for other nodes until the call ends: see
     // g_waiting_kernels. Ended below once the GPU side is seen to end.
     gpu_waiting_kernel_begin();

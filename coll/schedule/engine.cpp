@@ -158,7 +158,7 @@ int advance_queue(twohop_comm *c, bool *pending, bool async_only = false,
                 rc = TWOHOP_ERR_POISONED;
             } else if (q->job) {
                 const uint64_t reserved = q->job->reserved_first_seq();
-                c->call_first_seq = reserved ? reserved : c->seq + 1;
+                c->call_first_seq = reserved ? reserved : c->seq.last() + 1;
                 // A stream-ordered call still on this rank's GPU writes this rank's flags.
                 rc = gpu_enqueue_drain(c);
             }

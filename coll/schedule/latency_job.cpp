@@ -21,7 +21,7 @@ int LatencyJob::advance() {
     int rc;
     switch (st_) {
     case kBegin:
-        s_ = ++c->seq;
+        s_ = c->seq.take();
         set_ = static_cast<int>(s_ % c->depth);
         bytes_ = count_ * red_.item_bytes();
         word_ = call_word(bytes_, red_.item_bytes());

@@ -174,7 +174,7 @@ int PipelineJob::advance() {
         case kPick:
             if (next_ < nseg_ && next_ - first_ < static_cast<uint64_t>(c->depth)) {
                 window_[next_ % kMaxDepth] =
-                    InFlight{++c->seq, segment_range(count_, seg_items_, next_),
+                    InFlight{c->seq.take(), segment_range(count_, seg_items_, next_),
                              next_ + 1 == nseg_};
                 ++next_;
                 mark();

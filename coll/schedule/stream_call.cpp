@@ -203,7 +203,7 @@ int twohop_stream_enqueue_multinode(twohop_comm *c, const twohop_userbuf &in,
             std::snprintf(why, whylen, "%s", c->poisoned != TWOHOP_OK ? c->failure.c_str()
                                                                       : twohop::status_reason(rc));
             if (c->poisoned == TWOHOP_OK) {
-                c->call_first_seq = c->seq + 1;
+                c->call_first_seq = c->seq.last() + 1;
                 c->fail(rc, why);
             }
             return rc;
@@ -268,7 +268,7 @@ int twohop_stream_enqueue_multinode(twohop_comm *c, const twohop_userbuf &in,
         twohop::unlock_engine(c);
         const int rc = timed_out ? TWOHOP_ERR_TIMEOUT : TWOHOP_ERR_TRANSPORT;
         if (c->poisoned == TWOHOP_OK) {
-            c->call_first_seq = c->seq + 1;
+            c->call_first_seq = c->seq.last() + 1;
             c->fail(rc, why);
         }
         return rc;
@@ -300,7 +300,7 @@ int twohop_stream_enqueue_multinode(twohop_comm *c, const twohop_userbuf &in,
         twohop::drain_queue(c);
         twohop::unlock_engine(c);
         if (c->poisoned == TWOHOP_OK) {
-            c->call_first_seq = c->seq + 1;
+            c->call_first_seq = c->seq.last() + 1;
             c->fail(rc, why);
         }
         return rc;
