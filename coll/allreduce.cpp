@@ -48,16 +48,14 @@ int twohop_comm::poll_transport() {
     int rc = TWOHOP_OK;
     if (worker) {
         worker->progress();
-        auto advance_all = [&rc](auto &ops) {
-            for (auto &r : ops) {
+        for (twohop::Hop2Slot &slot : hop2) {
+            if (!slot.active()) continue;
+            for (twohop::StepOp *op : slot.ops()) {
                 bool fin;
-                const int e = r.active() ? r.advance(&fin) : TWOHOP_OK;
+                const int e = op->active() ? op->advance(&fin) : TWOHOP_OK;
                 if (e != TWOHOP_OK && rc == TWOHOP_OK) rc = e;
             }
-        };
-        advance_all(rings);
-        advance_all(rhds);
-        advance_all(rds);
+        }
     }
     if (rc != TWOHOP_OK) return rc;
     // A rank on another node gave up and told its rail neighbours (us).
@@ -142,9 +140,9 @@ int twohop_comm::post_abort_recv() {
 
 bool twohop_comm::cancel_transfers() {
     bool ok = true;
-    for (auto &r : rings) ok = (!r.active() || r.cancel(1.0)) && ok;
-    for (auto &r : rhds) ok = (!r.active() || r.cancel(1.0)) && ok;
-    for (auto &r : rds) ok = (!r.active() || r.cancel(1.0)) && ok;
+    for (twohop::Hop2Slot &slot : hop2) {
+        for (twohop::StepOp *op : slot.ops()) ok = (!op->active() || op->cancel(1.0)) && ok;
+    }
     return ok;
 }
 
@@ -162,10 +160,10 @@ int twohop_comm::start_hop2(int set, size_t i, char *data, uint64_t items,
     const size_t k = set * rails.size() + i;
     if (use_rabenseifner(rail.n, items * red->item_bytes())) {
         g_rabenseifner.fetch_add(1, std::memory_order_relaxed);
-        return rhds[k].start(worker, &rail.peers, rail.n, rail.pos, data, items, red,
+        return hop2[k].rhd.start(worker, &rail.peers, rail.n, rail.pos, data, items, red,
                              ring_scratch(set, i), tag, kTagLastBit, last);
     }
-    return rings[k].start(worker, rail.right, rail.left, rail.n, rail.pos, data, items, red,
+    return hop2[k].ring.start(worker, rail.right, rail.left, rail.n, rail.pos, data, items, red,
                           ring_scratch(set, i), tag, kTagLastBit, last);
 }
 

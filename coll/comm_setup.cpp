@@ -239,9 +239,7 @@ int connect_rails(twohop_comm *c, twohop::Exchange &ex, const std::vector<RankIn
         *err = local_err.empty() ? "hop-2 connection failed on another rank" : local_err;
         return TWOHOP_OK;
     }
-    c->rings.resize(c->depth * c->rails.size());
-    c->rhds.resize(c->depth * c->rails.size());
-    c->rds.resize(c->depth);
+    c->hop2.resize(c->depth * c->rails.size());
     c->scratch.resize(c->depth * c->rails.size() * c->slot_bytes);
     return c->post_abort_recv();
 }
@@ -295,10 +293,8 @@ twohop_comm::~twohop_comm() {
     }
     if (quarantined) {
         // UCX may still write into these: keep them alive for the rest of the process.
-        // Every hop-2 operation kind: ring, Rabenseifner and recursive doubling.
-        new std::vector<twohop::RingOp>(std::move(rings));
-        new std::vector<twohop::RhdOp>(std::move(rhds));
-        new std::vector<twohop::RdOp>(std::move(rds));
+        // Every hop-2 op (ring, Rabenseifner, recursive doubling: hop2_slot.h) and its buffers.
+        new std::vector<twohop::Hop2Slot>(std::move(hop2));
         new std::vector<char>(std::move(scratch));
         shm.leak();
         if (stream_slots) stream_slots->leak();

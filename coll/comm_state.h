@@ -22,12 +22,10 @@
 
 #include "coarse_clock.h"
 #include "gpu_node.h"
+#include "hop2_slot.h"
 #include "memory_kind.h"
 #include "node_shm.h"
-#include "rail_rd.h"
-#include "rail_rhd.h"
 #include "sequence.h"
-#include "rail_ring.h"
 #include "topology.h"
 #include "twohop_core.h"
 #include "worker.h"
@@ -95,8 +93,7 @@ struct twohop_comm {
 
     twohop::ucx::Worker *worker = nullptr; // non-null only with more than one node
     std::vector<twohop_rail> rails;        // one per owned shard (empty on one node)
-    std::vector<twohop::RingOp> rings;     // [set * rails.size() + i]
-    std::vector<twohop::RhdOp> rhds;       // the same, with coll_twohop_hop2_algorithm = 1
+    std::vector<twohop::Hop2Slot> hop2;    // every hop-2 op: [set * rails.size() + i] (hop2_slot.h)
     int hop2_alg = 2;                      // 0 ring, 1 Rabenseifner, 2 by size (agreed)
     uint64_t rhd_max_bytes = 65536;        // hop2_alg 2: largest shard sent with Rabenseifner
     int rhd_min_nodes = 8;                 // hop2_alg 2: fewest nodes for Rabenseifner
@@ -124,7 +121,6 @@ struct twohop_comm {
     int posted_wake_spin_us = 0;           // coll_twohop_posted_wake_spin_us
     int posted_wake_quantile = 95;         // coll_twohop_posted_wake_quantile
     std::vector<const twohop::ucx::Endpoint *> rd_peers;
-    std::vector<twohop::RdOp> rds;
     std::vector<char> scratch;             // one slot_bytes block per ring
     std::vector<char> private_out;         // latency-path result when `out` is not direct
 
@@ -232,8 +228,7 @@ struct twohop_comm {
                    uint64_t tag, bool last);
     /* True while hop 2 of rail i (set `set`) is in flight. */
     bool hop2_active(int set, size_t i) const {
-        const size_t k = set * rails.size() + i;
-        return rhds[k].active() || rings[k].active();
+        return hop2[set * rails.size() + i].active();
     }
     /* Whether a shard of `bytes` among n nodes goes by Rabenseifner: depends only on agreed
      * parameters, the node count and the shard size (the same on every rank of the rail). */

@@ -16,11 +16,12 @@
 
 #include "rd_plan.h"
 #include "reducer.h"
+#include "step_op.h"
 #include "worker.h"
 
 namespace twohop {
 
-class RdOp {
+class RdOp : public StepOp {
   public:
     /*
      * Starts the allreduce of data[0 .. items*item_bytes) (in place) among n members, this one
@@ -30,16 +31,13 @@ class RdOp {
      */
     int start(ucx::Worker *w, const std::vector<const ucx::Endpoint *> *peers, int n, int pos,
               char *data, uint64_t items, const Reducer *red, uint64_t word, uint64_t tag_base);
-    /* Advances when the current step's transfers completed; *finished once all steps ran. */
-    int advance(bool *finished);
-    bool active() const { return active_; }
-    /* Cancels in-flight transfers; false when UCX did not let go within max_wait_s. */
-    bool cancel(double max_wait_s);
 
   private:
-    int post_step();
+    int post_step() override;
+    bool partner_failed() const override;
+    bool received_ok() const override;
+    int finish_step() override;
 
-    ucx::Worker *w_ = nullptr;
     const std::vector<const ucx::Endpoint *> *peers_ = nullptr;
     const Reducer *red_ = nullptr;
     char *data_ = nullptr;
@@ -47,9 +45,6 @@ class RdOp {
     uint64_t bytes_ = 0, tag_base_ = 0, word_ = 0;
     int pos_ = 0;
     std::vector<RdStep> steps_;
-    size_t step_ = 0;
-    bool active_ = false, sending_ = false, receiving_ = false;
-    ucx::Request send_, recv_;
 };
 
 } // namespace twohop

@@ -19,7 +19,6 @@ void RhdOp::range(int first, int count, uint64_t *off, uint64_t *len) const {
 int RhdOp::start(ucx::Worker *w, const std::vector<const ucx::Endpoint *> *peers, int n, int pos,
                  char *data, uint64_t items, const Reducer *red, char *scratch,
                  uint64_t tag_base, uint64_t last_mask, bool last) {
-    w_ = w;
     peers_ = peers;
     red_ = red;
     data_ = data;
@@ -30,9 +29,7 @@ int RhdOp::start(ucx::Worker *w, const std::vector<const ucx::Endpoint *> *peers
     pos_ = pos;
     p2_ = rd_pow2_floor(n);
     steps_ = rhd_schedule(n, pos);
-    step_ = 0;
-    active_ = !steps_.empty();
-    return active_ ? post_step() : TWOHOP_OK;
+    return begin(w, steps_.size());
 }
 
 int RhdOp::post_step() {
@@ -57,53 +54,27 @@ int RhdOp::post_step() {
     return TWOHOP_OK;
 }
 
-bool RhdOp::cancel(double max_wait_s) {
-    active_ = false;
-    return w_ == nullptr || w_->cancel(&recv_, &send_, max_wait_s);
+bool RhdOp::partner_failed() const {
+    return (*peers_)[steps_[step_].partner]->failed.load(std::memory_order_acquire);
 }
 
-int RhdOp::advance(bool *finished) {
-    *finished = !active_;
-    if (!active_) return TWOHOP_OK;
+bool RhdOp::received_ok() const {
+    return recv_.received == expect_bytes_ &&
+           (recv_.sender_tag & last_mask_) == (tag_base_ & last_mask_);
+}
+
+int RhdOp::finish_step() {
     const RhdStep &st = steps_[step_];
-    if ((sending_ && !send_.done) || (receiving_ && !recv_.done)) {
-        if ((*peers_)[st.partner]->failed.load(std::memory_order_acquire)) {
-            return TWOHOP_ERR_TRANSPORT; // the caller cancels and poisons
-        }
-        return TWOHOP_OK;
-    }
-    const int out = ucx::step_outcome(sending_, send_, receiving_, recv_,
-                                      recv_.received == expect_bytes_ &&
-                                          (recv_.sender_tag & last_mask_) ==
-                                              (tag_base_ & last_mask_));
-    if (out != TWOHOP_OK) {
-        active_ = false;
-        return out;
-    }
-    if (st.kind == RhdStep::FoldRecv || st.kind == RhdStep::Halve) {
-        // (lower position's partial) op (higher position's partial), on both sides of a
-        // halving step and for the fold (the receiver is the lower position).
-        uint64_t off, len;
-        range(st.recv_first, st.recv_count, &off, &len);
-        const uint64_t items = len / red_->item_bytes();
-        int rc;
-        if (pos_ < st.partner) {
-            rc = red_->combine(data_ + off, scratch_, data_ + off, items);
-        } else {
-            rc = red_->combine(scratch_, data_ + off, scratch_, items);
-            if (rc == TWOHOP_OK) std::memcpy(data_ + off, scratch_, len);
-        }
-        if (rc != TWOHOP_OK) {
-            active_ = false;
-            return rc;
-        }
-    }
-    if (++step_ == steps_.size()) {
-        active_ = false;
-        *finished = true;
-        return TWOHOP_OK;
-    }
-    return post_step();
+    if (st.kind != RhdStep::FoldRecv && st.kind != RhdStep::Halve) return TWOHOP_OK;
+    // (lower position's partial) op (higher position's partial), on both sides of a halving
+    // step and for the fold (the receiver is the lower position).
+    uint64_t off, len;
+    range(st.recv_first, st.recv_count, &off, &len);
+    const uint64_t items = len / red_->item_bytes();
+    if (pos_ < st.partner) return red_->combine(data_ + off, scratch_, data_ + off, items);
+    const int rc = red_->combine(scratch_, data_ + off, scratch_, items);
+    if (rc == TWOHOP_OK) std::memcpy(data_ + off, scratch_, len);
+    return rc;
 }
 
 } // namespace twohop

@@ -16,11 +16,12 @@
 
 #include "reducer.h"
 #include "rhd_plan.h"
+#include "step_op.h"
 #include "worker.h"
 
 namespace twohop {
 
-class RhdOp {
+class RhdOp : public StepOp {
   public:
     /*
      * Starts the allreduce of data[0 .. items*item_bytes) (in place) among n members, this one
@@ -31,27 +32,21 @@ class RhdOp {
     int start(ucx::Worker *w, const std::vector<const ucx::Endpoint *> *peers, int n, int pos,
               char *data, uint64_t items, const Reducer *red, char *scratch, uint64_t tag_base,
               uint64_t last_mask, bool last);
-    /* Advances when the current step's transfers completed; *finished once all steps ran. */
-    int advance(bool *finished);
-    bool active() const { return active_; }
-    /* Cancels in-flight transfers; false when UCX did not let go within max_wait_s. */
-    bool cancel(double max_wait_s);
 
   private:
-    int post_step();
+    int post_step() override;
+    bool partner_failed() const override;
+    bool received_ok() const override;
+    int finish_step() override;
     /* Bytes offset and length of chunks [first, first + count) of the P chunks. */
     void range(int first, int count, uint64_t *off, uint64_t *len) const;
 
-    ucx::Worker *w_ = nullptr;
     const std::vector<const ucx::Endpoint *> *peers_ = nullptr;
     const Reducer *red_ = nullptr;
     char *data_ = nullptr, *scratch_ = nullptr;
     uint64_t items_ = 0, tag_base_ = 0, last_mask_ = 0, expect_bytes_ = 0;
     int pos_ = 0, p2_ = 1;
     std::vector<RhdStep> steps_;
-    size_t step_ = 0;
-    bool active_ = false, sending_ = false, receiving_ = false;
-    ucx::Request send_, recv_;
 };
 
 } // namespace twohop

@@ -15,7 +15,6 @@ int RingOp::start(ucx::Worker *w, const ucx::Endpoint *right, const ucx::Endpoin
                   uint64_t tag_base, uint64_t last_mask, bool last) {
     last_mask_ = last_mask;
     if (last) tag_base |= last_mask;
-    w_ = w;
     right_ = right;
     left_ = left;
     n_ = n;
@@ -25,13 +24,11 @@ int RingOp::start(ucx::Worker *w, const ucx::Endpoint *right, const ucx::Endpoin
     red_ = red;
     scratch_ = scratch;
     tag_base_ = tag_base;
-    step_ = 0;
-    active_ = true;
-    return post_step();
+    return begin(w, 2 * static_cast<size_t>(n - 1));
 }
 
 int RingOp::post_step() {
-    const int t = step_;
+    const int t = static_cast<int>(step_);
     const bool rs = t < n_ - 1;
     const int u = rs ? t : t - (n_ - 1);
     const int send_c = rs ? ((pos_ - t) % n_ + n_) % n_ : ((pos_ + 1 - u) % n_ + n_) % n_;
@@ -42,50 +39,29 @@ int RingOp::post_step() {
     const uint64_t ib = red_->item_bytes();
     const uint64_t tag = tag_base_ | static_cast<uint64_t>(t);
     expect_bytes_ = recv_items * ib;
+    sending_ = receiving_ = true;
     // Matched without the `last` bit; advance() compares it (see twohop_comm's tag layout).
     int rc = w_->recv(rs ? scratch_ : recv_p, recv_items * ib, tag, &recv_, ~last_mask_);
     if (rc != TWOHOP_OK) return rc;
     return w_->send(right_->ep, send_p, send_items * ib, tag, &send_);
 }
 
-bool RingOp::cancel(double max_wait_s) {
-    active_ = false;
-    return w_ == nullptr || w_->cancel(&recv_, &send_, max_wait_s);
+bool RingOp::partner_failed() const {
+    return right_->failed.load(std::memory_order_acquire) ||
+           left_->failed.load(std::memory_order_acquire);
 }
 
-int RingOp::advance(bool *finished) {
-    *finished = !active_;
-    if (!active_) return TWOHOP_OK;
-    if (!send_.done || !recv_.done) {
-        if (right_->failed.load(std::memory_order_acquire) ||
-            left_->failed.load(std::memory_order_acquire)) {
-            return TWOHOP_ERR_TRANSPORT; // the caller cancels and poisons
-        }
-        return TWOHOP_OK;
-    }
-    const int out = ucx::step_outcome(true, send_, true, recv_,
-                                      recv_.received == expect_bytes_ &&
-                                          (recv_.sender_tag & last_mask_) ==
-                                              (tag_base_ & last_mask_));
-    if (out != TWOHOP_OK) {
-        active_ = false;
-        return out;
-    }
-    if (step_ < n_ - 1) { // reduce-scatter: fold the partial result of the ring so far in
-        uint64_t items;
-        char *mine = chunk_ptr(recv_chunk_, &items);
-        int rc = red_->combine(scratch_, mine, mine, items);
-        if (rc != TWOHOP_OK) {
-            active_ = false;
-            return rc;
-        }
-    }
-    if (++step_ == 2 * (n_ - 1)) {
-        active_ = false;
-        *finished = true;
-        return TWOHOP_OK;
-    }
-    return post_step();
+bool RingOp::received_ok() const {
+    return recv_.received == expect_bytes_ &&
+           (recv_.sender_tag & last_mask_) == (tag_base_ & last_mask_);
+}
+
+int RingOp::finish_step() {
+    if (step_ >= static_cast<size_t>(n_ - 1)) return TWOHOP_OK; // allgather: in place
+    // Reduce-scatter: fold the partial result of the ring so far in.
+    uint64_t items;
+    char *mine = chunk_ptr(recv_chunk_, &items);
+    return red_->combine(scratch_, mine, mine, items);
 }
 
 } // namespace twohop

@@ -21,11 +21,12 @@
 #include <cstdint>
 
 #include "reducer.h"
+#include "step_op.h"
 #include "worker.h"
 
 namespace twohop {
 
-class RingOp {
+class RingOp : public StepOp {
   public:
     /*
      * Starts the ring over data[0 .. items*item_bytes) (in place). n >= 2, 0 <= pos < n,
@@ -36,20 +37,14 @@ class RingOp {
     int start(ucx::Worker *w, const ucx::Endpoint *right, const ucx::Endpoint *left, int n,
               int pos, char *data, uint64_t items, const Reducer *red, char *scratch,
               uint64_t tag_base, uint64_t last_mask = 0, bool last = false);
-    /* Advances when the current step's transfers completed; *finished once all steps ran. */
-    int advance(bool *finished);
-    bool active() const { return active_; }
-    /*
-     * Abandons the ring: cancels its transfers and waits (at most max_wait_s) until UCX no
-     * longer owns its buffers. Returns false when that did not happen in time.
-     */
-    bool cancel(double max_wait_s);
 
   private:
-    int post_step();
+    int post_step() override;
+    bool partner_failed() const override;
+    bool received_ok() const override;
+    int finish_step() override;
     char *chunk_ptr(int c, uint64_t *items) const;
 
-    ucx::Worker *w_ = nullptr;
     const ucx::Endpoint *right_ = nullptr, *left_ = nullptr;
     uint64_t expect_bytes_ = 0; // size of the chunk being received
     uint64_t last_mask_ = 0;    // the tag's `last` bit (0: none); tag_base_ has it set when last
@@ -57,9 +52,7 @@ class RingOp {
     char *data_ = nullptr;
     char *scratch_ = nullptr;
     uint64_t items_ = 0, tag_base_ = 0;
-    int n_ = 0, pos_ = 0, step_ = 0, recv_chunk_ = 0;
-    bool active_ = false;
-    ucx::Request send_, recv_;
+    int n_ = 0, pos_ = 0, recv_chunk_ = 0;
 };
 
 } // namespace twohop

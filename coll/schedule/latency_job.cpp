@@ -59,21 +59,20 @@ int LatencyJob::advance() {
         if (rc != TWOHOP_OK) return rc;
         {
             const twohop_rail &rail = c->rails[0];
+            twohop::Hop2Slot &slot = c->hop2[set_ * c->rails.size()]; // (set, rail 0)
             if (c->latency_hop2 == 0) { // recursive doubling among the leaders
-                rc = c->rds[set_].start(c->worker, &c->rd_peers, rail.n, rail.pos,
-                                        c->shm.result(set_), count_, &red_, word_,
-                                        c->rail_tag(s_, 0));
+                rc = slot.rd.start(c->worker, &c->rd_peers, rail.n, rail.pos,
+                                   c->shm.result(set_), count_, &red_, word_, c->rail_tag(s_, 0));
             } else {
-                rc = c->rings[set_ * c->rails.size()].start(
-                    c->worker, rail.right, rail.left, rail.n, rail.pos, c->shm.result(set_),
-                    count_, &red_, c->ring_scratch(set_, 0), c->rail_tag(s_, 0));
+                rc = slot.ring.start(c->worker, rail.right, rail.left, rail.n, rail.pos,
+                                     c->shm.result(set_), count_, &red_,
+                                     c->ring_scratch(set_, 0), c->rail_tag(s_, 0));
             }
         }
         if (rc != TWOHOP_OK) return rc;
         st_ = kHop2;
         [[fallthrough]];
     case kHop2:
-        if (c->rds[set_].active()) return TWOHOP_PENDING;
         for (size_t i = 0; i < c->rails.size(); ++i) {
             if (c->hop2_active(set_, i)) return TWOHOP_PENDING;
         }
