@@ -37,6 +37,7 @@
 #include "proxy.h"
 #include "shm_cache.h"
 #include "memory_kind.h"
+#include "param_table.h"
 #include "rc_settings.h"
 #include "rd_plan.h"
 #include "rhd_plan.h"
@@ -56,15 +57,9 @@ struct RankInfo {
     uint64_t shm_nonce;
     uint64_t pidns;
     int64_t pid;
-    uint64_t segment_bytes, small_msg_bytes;
-    int32_t depth, post_batch;
-    int32_t latency_hop2, gpu_posted;
-    int32_t posted_batch, hop2_algorithm;
-    uint64_t rhd_max_bytes, one_kernel_bytes;
-    int32_t rhd_min_nodes, vnode_shm;
-    int32_t hop3_gather, reserved;
+    uint64_t agreed[twohop::kAgreedParams]; // the TWOHOP_AGREED parameters (param_table.h)
+    int32_t vnode_shm, reserved;
     uint64_t host_key; // the real host (virtual_nodes replaces node_key)
-    uint64_t gather_min_bytes;
     int32_t vn_error; // this rank could not parse coll_twohop_virtual_nodes
     int32_t gpu;      // this process has the CUDA driver and twohop's device kernels
     twohop::ShmOffer offer[twohop::kShmOffers]; // segments this rank retained (shm_cache.h)
@@ -102,52 +97,6 @@ int ucx_config(const twohop_comm *c, const twohop_params &p, twohop::ucx::Config
     }
     *out = std::move(pairs);
     return TWOHOP_OK;
-}
-
-std::string validate(const twohop_params &p) {
-    if (p.pipeline_depth < 1 || p.pipeline_depth > 8) {
-        return "coll_twohop_pipeline_depth " + std::to_string(p.pipeline_depth) +
-               " out of range 1..8";
-    }
-    if (p.latency_hop2 < 0 || p.latency_hop2 > 1) {
-        return "coll_twohop_latency_hop2 " + std::to_string(p.latency_hop2) + " out of range 0..1";
-    }
-    if (p.hop2_algorithm < 0 || p.hop2_algorithm > 2) {
-        return "coll_twohop_hop2_algorithm " + std::to_string(p.hop2_algorithm) +
-               " out of range 0..2";
-    }
-    if (p.hop2_rabenseifner_min_nodes < 2) {
-        return "coll_twohop_hop2_rabenseifner_min_nodes " +
-               std::to_string(p.hop2_rabenseifner_min_nodes) + " below 2";
-    }
-    if (p.gpu_posted < 0 || p.gpu_posted > 1) {
-        return "coll_twohop_gpu_posted " + std::to_string(p.gpu_posted) + " out of range 0..1";
-    }
-    if (p.posted_batch < 1 || p.posted_batch > 64) {
-        return "coll_twohop_posted_batch " + std::to_string(p.posted_batch) +
-               " out of range 1..64";
-    }
-    if (p.posted_kernel_blocks < 0 || p.posted_kernel_blocks > 64) {
-        return "coll_twohop_posted_kernel_blocks " + std::to_string(p.posted_kernel_blocks) +
-               " out of range 0..64";
-    }
-    // A woken caller spins at most Proxy::kNearSpin (250 us), then sleeps again.
-    if (p.posted_wake_spin_us < 0 || p.posted_wake_spin_us > 250) {
-        return "coll_twohop_posted_wake_spin_us " + std::to_string(p.posted_wake_spin_us) +
-               " out of range 0..250";
-    }
-    if (p.posted_wake_quantile < 0 || p.posted_wake_quantile > 99) {
-        return "coll_twohop_posted_wake_quantile " + std::to_string(p.posted_wake_quantile) +
-               " out of range 0..99";
-    }
-    if (p.post_batch < 1 || p.post_batch > 64) {
-        return "coll_twohop_post_batch " + std::to_string(p.post_batch) + " out of range 1..64";
-    }
-    if (p.segment_bytes < TWOHOP_MIN_SEGMENT_BYTES || p.segment_bytes > (uint64_t(1) << 30)) {
-        return "coll_twohop_segment_bytes " + std::to_string(p.segment_bytes) +
-               " out of range 4096..1073741824";
-    }
-    return "";
 }
 
 /* Communicator rank of the neighbour at ring offset `dir` (+1 right, -1 left) on rail s. */
@@ -381,19 +330,7 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
     me.pid = static_cast<int64_t>(getpid());
     me.host_key = a->host_key;
     me.vnode_shm = prm.vnode_shm_transport != 0 && a->virtual_nodes && a->virtual_nodes[0];
-    me.segment_bytes = prm.segment_bytes;
-    me.small_msg_bytes = prm.small_msg_bytes;
-    me.depth = prm.pipeline_depth;
-    me.post_batch = prm.post_batch;
-    me.latency_hop2 = prm.latency_hop2;
-    me.gpu_posted = prm.gpu_posted;
-    me.one_kernel_bytes = prm.gpu_one_kernel_max_bytes;
-    me.hop3_gather = prm.gpu_hop3_gather ? 1 : 0;
-    me.gather_min_bytes = prm.gpu_hop3_gather_min_bytes;
-    me.posted_batch = prm.posted_batch;
-    me.hop2_algorithm = prm.hop2_algorithm;
-    me.rhd_max_bytes = prm.hop2_rabenseifner_max_bytes;
-    me.rhd_min_nodes = prm.hop2_rabenseifner_min_nodes;
+    twohop::agreed_words(prm, me.agreed);
     me.vn_error = !vn_error.empty();
     me.gpu = gpu_node_capable() ? 1 : 0;
     // Segments retained from freed communicators: taken out of the cache (a concurrent set-up
@@ -420,25 +357,18 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
         }
     }
     for (int r = 1; r < a->size; ++r) {
-        if (info[r].segment_bytes != info[0].segment_bytes ||
-            info[r].small_msg_bytes != info[0].small_msg_bytes ||
-            info[r].depth != info[0].depth || info[r].post_batch != info[0].post_batch ||
-            info[r].latency_hop2 != info[0].latency_hop2 ||
-            info[r].gpu_posted != info[0].gpu_posted ||
-            info[r].one_kernel_bytes != info[0].one_kernel_bytes ||
-            info[r].hop3_gather != info[0].hop3_gather ||
-            info[r].gather_min_bytes != info[0].gather_min_bytes ||
-            info[r].posted_batch != info[0].posted_batch ||
-            info[r].hop2_algorithm != info[0].hop2_algorithm ||
-            info[r].rhd_max_bytes != info[0].rhd_max_bytes ||
-            info[r].rhd_min_nodes != info[0].rhd_min_nodes ||
-            info[r].vnode_shm != info[0].vnode_shm) {
-            set_why(why, whylen, "coll_twohop_* algorithm parameters differ between ranks 0 and " +
-                                     std::to_string(r));
+        // Every rank reads the same allgathered words: all fail alike, naming the parameter.
+        std::string differs = twohop::agreed_mismatch(info[0].agreed, info[r].agreed, 0, r);
+        if (differs.empty() && info[r].vnode_shm != info[0].vnode_shm) {
+            differs = "coll_twohop_vnode_shm_transport (with coll_twohop_virtual_nodes) differs "
+                      "between ranks 0 and " + std::to_string(r);
+        }
+        if (!differs.empty()) {
+            set_why(why, whylen, differs);
             return TWOHOP_ERR_BAD_PARAM;
         }
     }
-    std::string bad = validate(prm);
+    std::string bad = twohop::param_range_error(prm);
     if (!bad.empty()) {
         set_why(why, whylen, bad);
         return TWOHOP_ERR_BAD_PARAM;
