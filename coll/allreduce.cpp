@@ -14,6 +14,7 @@
 #include <string>
 
 #include "comm_state.h"
+#include "core_counters.h"
 #include "cuda_driver.h"
 #include "gpu_node.h"
 #include "memory_kind.h"
@@ -146,20 +147,12 @@ bool twohop_comm::cancel_transfers() {
     return ok;
 }
 
-namespace {
-std::atomic<unsigned long long> g_rabenseifner{0};
-} // namespace
-
-extern "C" const unsigned long long *twohop_rabenseifner_counter(void) {
-    return reinterpret_cast<const unsigned long long *>(&g_rabenseifner);
-}
-
 int twohop_comm::start_hop2(int set, size_t i, char *data, uint64_t items,
                             const twohop::Reducer *red, uint64_t tag, bool last) {
     const twohop_rail &rail = rails[i];
     const size_t k = set * rails.size() + i;
     if (use_rabenseifner(rail.n, items * red->item_bytes())) {
-        g_rabenseifner.fetch_add(1, std::memory_order_relaxed);
+        twohop::count(TWOHOP_COUNTER_RABENSEIFNER_SHARDS);
         return hop2[k].rhd.start(worker, &rail.peers, rail.n, rail.pos, data, items, red,
                              ring_scratch(set, i), tag, kTagLastBit, last);
     }
@@ -256,7 +249,7 @@ int run_call(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out
         const std::unique_ptr<twohop::Job> job = twohop::make_job(c, in, out, count, red);
         rc = twohop::drive(c, *job);
     }
-    if (c->gpu_hop1.active && rc == TWOHOP_OK) gpu_hop1_done();
+    if (c->gpu_hop1.active && rc == TWOHOP_OK) twohop::count(TWOHOP_COUNTER_GPU_HOP1_CALLS);
     if (c->gpu_hop1.active && rc != TWOHOP_OK) gpu_settle(c);
     c->gpu_hop1.active = false;
     c->gpu_hop1.gather = false;

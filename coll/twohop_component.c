@@ -1310,29 +1310,11 @@ static int twohop_register(void) {
                      "initialised MPI below MPI_THREAD_MULTIPLE, refused (an invariant: twohop's "
                      "proxy thread progresses UCX and shared memory only; must stay 0)",
                      &foreign_progress_calls);
-    register_counter(c, "gpu_path_calls",
-                     "MPI_Allreduce calls twohop served with its GPU path (CUDA IPC and device "
-                     "kernels)", twohop_gpu_calls_counter());
-    register_counter(c, "gpu_hop1_calls",
-                     "Multi-node MPI_Allreduce calls whose hop 1 (node reduce-scatter) ran on the "
-                     "GPU", twohop_gpu_hop1_calls_counter());
-    register_counter(c, "gpu_posted_calls",
-                     "Multi-node MPI_Allreduce calls run in GPU-posted mode (coll_twohop_gpu_posted)",
-                     twohop_gpu_posted_calls_counter());
-    register_counter(c, "doorbells",
-                     "Doorbells the GPU rang and the proxy thread found in GPU-posted calls",
-                     twohop_doorbells_counter());
-    register_counter(c, "rabenseifner_shards",
-                     "Hop-2 shard allreduces (one per rail and pipeline segment) run with "
-                     "Rabenseifner's algorithm instead of the ring (coll_twohop_hop2_algorithm)",
-                     twohop_rabenseifner_counter());
-    register_counter(c, "enqueued_calls",
-                     "Stream-ordered allreduces (twohop_allreduce_enqueue) twohop enqueued on the "
-                     "application's CUDA stream without waiting for it", twohop_enqueued_calls_counter());
-    register_counter(c, "enqueued_multinode_calls",
-                     "Of the stream-ordered allreduces that stayed on the stream, those on "
-                     "communicators of several nodes (host side run by the proxy thread)",
-                     twohop_enqueued_multinode_counter());
+    /* The core's counters, one per row of counters.def. */
+#define TWOHOP_COUNTER(id, name, doc)                                                          \
+    register_counter(c, #name, doc, twohop_core_counter(TWOHOP_COUNTER_##id));
+#include "counters.def"
+#undef TWOHOP_COUNTER
     return OMPI_SUCCESS;
 }
 

@@ -221,19 +221,16 @@ int twohop_stream_capturing(void *stream);
  */
 int twohop_comm_refuse_capture(twohop_comm *c, char *why, size_t whylen);
 
-/* Multi-node calls run in GPU-posted mode (coll_twohop_gpu_posted_calls), and the doorbells
- * the proxy thread found rung in them (coll_twohop_doorbells). */
-const unsigned long long *twohop_gpu_posted_calls_counter(void);
-const unsigned long long *twohop_doorbells_counter(void);
-
-/* Hop-2 shard transfers run by Rabenseifner in this process (coll_twohop_rabenseifner_shards). */
-const unsigned long long *twohop_rabenseifner_counter(void);
-
-/* Stream-ordered calls enqueued by twohop in this process (coll_twohop_enqueued_calls). */
-const unsigned long long *twohop_enqueued_calls_counter(void);
-/* Of those, the calls on communicators of several nodes (coll_twohop_enqueued_multinode_calls):
- * their host side runs on the proxy thread (coll/schedule/stream_job.h). */
-const unsigned long long *twohop_enqueued_multinode_counter(void);
+/* The core's counters (coll/counters.def: one row each, the MPI_T counter coll_twohop_<name>). */
+enum twohop_counter {
+#define TWOHOP_COUNTER(id, name, doc) TWOHOP_COUNTER_##id,
+#include "counters.def"
+#undef TWOHOP_COUNTER
+    TWOHOP_COUNTERS /* how many */
+};
+/* Counter `which` (0 <= which < TWOHOP_COUNTERS) in this process: its address, for relaxed
+ * atomic loads (it only grows); NULL for another value. */
+const unsigned long long *twohop_core_counter(int which);
 
 /*
  * This rank cannot take part in the allreduce it was called for (e.g. staging memory could not
@@ -261,12 +258,6 @@ uint32_t twohop_comm_id(const twohop_comm *c);
  * reported by Open MPI alone, as without twohop.
  */
 void twohop_core_quiet_signals(void);
-
-/* Calls served by the node's GPU path (gpu_node.h) in this process: the MPI_T counter
- * coll_twohop_gpu_path_calls reads it. */
-const unsigned long long *twohop_gpu_calls_counter(void);
-/* Multi-node calls whose hop 1 ran on the GPU (coll_twohop_gpu_hop1_calls). */
-const unsigned long long *twohop_gpu_hop1_calls_counter(void);
 
 /* Releases process-wide resources (the GPU-posted proxy thread, the UCX worker and endpoints).
  * Called at component close. */

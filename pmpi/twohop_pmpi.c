@@ -837,13 +837,9 @@ EXPORT int twohop_pmpi_counter(const char *name, unsigned long long *value) {
     const struct { const char *name; const unsigned long long *v; } table[] = {
         {"coll_twohop_allreduce_calls", &served_calls},
         {"coll_twohop_fallback_calls", &fallback_calls},
-        {"coll_twohop_gpu_path_calls", twohop_gpu_calls_counter()},
-        {"coll_twohop_gpu_hop1_calls", twohop_gpu_hop1_calls_counter()},
-        {"coll_twohop_gpu_posted_calls", twohop_gpu_posted_calls_counter()},
-        {"coll_twohop_doorbells", twohop_doorbells_counter()},
-        {"coll_twohop_rabenseifner_shards", twohop_rabenseifner_counter()},
-        {"coll_twohop_enqueued_calls", twohop_enqueued_calls_counter()},
-        {"coll_twohop_enqueued_multinode_calls", twohop_enqueued_multinode_counter()},
+#define TWOHOP_COUNTER(id, name, doc) {"coll_twohop_" #name, twohop_core_counter(TWOHOP_COUNTER_##id)},
+#include "counters.def"
+#undef TWOHOP_COUNTER
         {"coll_twohop_half_calls", &half_calls},
     };
     for (size_t i = 0; name && i < sizeof(table) / sizeof(table[0]); ++i) {

@@ -25,16 +25,6 @@
 
 using namespace twohop_gpu;
 
-namespace {
-std::atomic<unsigned long long> g_enqueued_calls{0};
-} // namespace
-
-void gpu_enqueued_count() { g_enqueued_calls.fetch_add(1, std::memory_order_relaxed); }
-
-extern "C" const unsigned long long *twohop_enqueued_calls_counter(void) {
-    return reinterpret_cast<const unsigned long long *>(&g_enqueued_calls);
-}
-
 int gpu_enqueue_drain(twohop_comm *c) {
     GpuHop1 &h = c->gpu_hop1;
     if (!h.enq_pending) return TWOHOP_OK;
@@ -121,7 +111,7 @@ int gpu_node_enqueue(twohop_comm *c, const twohop_userbuf &in, const twohop_user
     h.enq_seq = s;
     if (!ok) return gpu_error(c, "enqueueing a stream-ordered allreduce failed on local rank", me);
     *taken = true;
-    g_enqueued_calls.fetch_add(1, std::memory_order_relaxed);
+    twohop::count(TWOHOP_COUNTER_ENQUEUED_CALLS);
     return TWOHOP_OK;
 }
 
@@ -197,8 +187,8 @@ class StreamPostedJob : public twohop::Job {
         if (rc == twohop::kPostedBadDescriptor) rc = TWOHOP_ERR_TRANSPORT;
         if (rc == TWOHOP_OK) {
             finished_ = true;
-            gpu_hop1_done();
-            g_doorbells.fetch_add(job_.doorbells(), std::memory_order_relaxed);
+            twohop::count(TWOHOP_COUNTER_GPU_HOP1_CALLS);
+            twohop::count(TWOHOP_COUNTER_DOORBELLS, job_.doorbells());
             if (timed_) log_times();
         }
         return rc;

@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include "comm_state.h"
+#include "core_counters.h"
 #include "cuda_driver.h"
 #include "gpu_kernel_list.h"
 #include "gpu_node.h"
@@ -93,9 +94,6 @@ int node_kernel(twohop_comm *c, const GpuDesc *peer, int device, bool one_device
 
 /* Verbose 2: the blocking GPU-posted calls' wake-ups per size class (posted_path.cpp). */
 void log_wake_ups(twohop_comm *c);
-
-/* Calls served by the node's GPU path on one node (MPI_T counter, node_path.cpp). */
-extern std::atomic<unsigned long long> g_gpu_calls;
 
 /* Kernels that may wait for other ranks or for the proxy, and the lock their launches and the
  * proxy's CUDA steps take (vote.cpp has the rule). t_cuda_step: this thread holds the lock

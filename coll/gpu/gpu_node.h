@@ -311,12 +311,6 @@ int gpu_stream_posted(twohop_comm *c, const twohop_userbuf &in, const twohop_use
                       const std::function<int(std::unique_ptr<twohop::Job>)> &submit,
                       bool *on_gpu);
 
-/* Counts a stream-ordered call that stayed on the stream (MPI_T coll_twohop_enqueued_calls). */
-void gpu_enqueued_count();
-
-/* Counts a call whose hop 1 ran on the GPU (MPI_T coll_twohop_gpu_hop1_calls). */
-void gpu_hop1_done();
-
 /* True when this process can take part in the GPU path at all (driver and kernels loaded). */
 bool gpu_node_capable();
 

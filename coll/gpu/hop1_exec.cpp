@@ -20,16 +20,6 @@
 
 using namespace twohop_gpu;
 
-namespace {
-std::atomic<unsigned long long> g_hop1_calls{0};
-} // namespace
-
-extern "C" const unsigned long long *twohop_gpu_hop1_calls_counter(void) {
-    return reinterpret_cast<const unsigned long long *>(&g_hop1_calls);
-}
-
-void gpu_hop1_done() { g_hop1_calls.fetch_add(1, std::memory_order_relaxed); }
-
 bool gpu_node_capable() { return cuda::kernels_available(); }
 
 void *GpuHop1::own_stream(int dev) {

@@ -175,7 +175,7 @@ class GpuNodeJob : public twohop::Job {
                                      "local rank", c_->topo.local_rank);
             }
             c_->shm.flags(c_->topo.local_rank).done.store(s_, std::memory_order_release);
-            g_gpu_calls.fetch_add(1, std::memory_order_relaxed);
+            twohop::count(TWOHOP_COUNTER_GPU_PATH_CALLS);
             state_ = kEnded;
             return TWOHOP_OK;
         }
@@ -199,7 +199,7 @@ class GpuNodeJob : public twohop::Job {
             const int rc = host_->advance();
             steps_ = host_base_ + host_->steps();
             if (rc == TWOHOP_PENDING) return rc;
-            if (rc == TWOHOP_OK) gpu_hop1_done();
+            if (rc == TWOHOP_OK) twohop::count(TWOHOP_COUNTER_GPU_HOP1_CALLS);
             end_gpu_pipeline(rc != TWOHOP_OK);
             state_ = kEnded;
             return rc;
@@ -343,12 +343,12 @@ class GpuNodeJob : public twohop::Job {
      * MPI thread, or the communicator's end). */
     void end_posted(int rc) {
         GpuHop1 &h = c_->gpu_hop1;
-        g_doorbells.fetch_add(posted_->job.doorbells(), std::memory_order_relaxed);
+        twohop::count(TWOHOP_COUNTER_DOORBELLS, posted_->job.doorbells());
         if (rc == TWOHOP_OK) {
             h.job_pending = false; // the kernel wrote `drained`, its last act
             gpu_waiting_kernel_end();
-            gpu_hop1_done();
-            g_posted_calls.fetch_add(1, std::memory_order_relaxed);
+            twohop::count(TWOHOP_COUNTER_GPU_HOP1_CALLS);
+            twohop::count(TWOHOP_COUNTER_GPU_POSTED_CALLS);
         } else {
             release_posted(c_, h.ring, s0_);
         }

@@ -22,7 +22,6 @@
 
 namespace twohop_gpu {
 
-std::atomic<unsigned long long> g_gpu_calls{0};
 
 /*
  * The node GPU path's kernel for call s, every local rank having voted yes: this rank's shard
@@ -66,11 +65,6 @@ int node_kernel(twohop_comm *c, const GpuDesc *peer, int device, bool one_device
 } // namespace twohop_gpu
 
 using namespace twohop_gpu;
-
-extern "C" const unsigned long long *twohop_gpu_calls_counter(void) {
-    static_assert(sizeof(std::atomic<unsigned long long>) == sizeof(unsigned long long), "pvar");
-    return reinterpret_cast<const unsigned long long *>(&g_gpu_calls);
-}
 
 int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out,
                        uint64_t count, const twohop_reduction &red, bool *taken) {
@@ -143,7 +137,7 @@ int gpu_node_allreduce(twohop_comm *c, const twohop_userbuf &in, const twohop_us
     }
     mine.done.store(s, std::memory_order_release);
     *taken = true;
-    g_gpu_calls.fetch_add(1, std::memory_order_relaxed);
+    twohop::count(TWOHOP_COUNTER_GPU_PATH_CALLS);
     if (clocked && c->gpu_clock.calls.size() < 65536) {
         c->gpu_clock.calls.push_back({float(ph[0]), float(ph[1]), float(ph[2]), float(ph[3]),
                                       float(ph[4])});

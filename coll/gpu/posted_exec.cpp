@@ -50,8 +50,6 @@ void release_gpu_waits(twohop_comm *c) {
     }
 }
 
-std::atomic<unsigned long long> g_posted_calls{0};
-std::atomic<unsigned long long> g_doorbells{0};
 
 /* The descriptor ring of c on `device`, allocated and registered on first use. */
 bool ensure_ring(twohop_comm *c, int device) {
@@ -282,12 +280,3 @@ void release_posted(twohop_comm *c, twohop::DoorbellRing *ring, uint64_t s0) {
 }
 
 } // namespace twohop_gpu
-
-using namespace twohop_gpu;
-
-extern "C" const unsigned long long *twohop_gpu_posted_calls_counter(void) {
-    return reinterpret_cast<const unsigned long long *>(&g_posted_calls);
-}
-extern "C" const unsigned long long *twohop_doorbells_counter(void) {
-    return reinterpret_cast<const unsigned long long *>(&g_doorbells);
-}

@@ -58,10 +58,6 @@ int call_kernel_blocks(twohop_comm *c, const twohop_reduction &red, uint64_t byt
  * whose first sequence number is s0 + 1 (posted_exec.cpp). Host writes only. */
 void release_posted(twohop_comm *c, twohop::DoorbellRing *ring, uint64_t s0);
 
-/* GPU-posted calls completed and doorbells the proxy saw (MPI_T counters). */
-extern std::atomic<unsigned long long> g_posted_calls;
-extern std::atomic<unsigned long long> g_doorbells;
-
 /*
  * The GPU's half of a GPU-posted call (the blocking form on the communicator's stream, the
  * stream-ordered form on the application's): the stream operations of segment k, enqueued by

@@ -223,7 +223,7 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
         rc = TWOHOP_ERR_TRANSPORT;
     }
     const uint64_t bells = job.doorbells();
-    g_doorbells.fetch_add(bells, std::memory_order_relaxed);
+    twohop::count(TWOHOP_COUNTER_DOORBELLS, bells);
     if (rc != TWOHOP_OK) {
         release_posted(c, h.ring, s0);
         gpu_settle(c);
@@ -232,7 +232,7 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
     }
     h.pending = false;
     gpu_waiting_kernel_end(); // `drained` was seen: the GPU side ended
-    g_posted_calls.fetch_add(1, std::memory_order_relaxed);
+    twohop::count(TWOHOP_COUNTER_GPU_POSTED_CALLS);
     // The tail this call took (the proxy's steps ended: this thread reads alone), the next
     // call's prediction; one outlier delays one call's early wake-up at most.
     const double tail = gate_seen && t_done > t_gate

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "comm_state.h"
+#include "core_counters.h"
 #include "cuda_driver.h"
 #include "engine.h"
 #include "gpu_node.h"
@@ -18,7 +19,6 @@
 namespace twohop {
 namespace {
 
-std::atomic<unsigned long long> g_multinode_calls{0};
 constexpr uint64_t kPage = 4096;
 static_assert(StreamSlot::kRingOffset >= sizeof(StreamWords) &&
                   StreamSlot::kRingOffset + sizeof(DoorbellRing) <= kPage,
@@ -137,10 +137,6 @@ StreamSlot *StreamSlots::acquire(int device, uint64_t bytes, double timeout_s, b
 
 using twohop::StreamSlot;
 
-extern "C" const unsigned long long *twohop_enqueued_multinode_counter(void) {
-    return reinterpret_cast<const unsigned long long *>(&twohop::g_multinode_calls);
-}
-
 int twohop_stream_enqueue_multinode(twohop_comm *c, const twohop_userbuf &in,
                                     const twohop_userbuf &out, uint64_t count,
                                     const twohop_reduction &red, void *stream, bool *taken,
@@ -209,8 +205,8 @@ int twohop_stream_enqueue_multinode(twohop_comm *c, const twohop_userbuf &in,
             return rc;
         }
         if (on_gpu) {
-            gpu_enqueued_count();
-            twohop::g_multinode_calls.fetch_add(1, std::memory_order_relaxed);
+            twohop::count(TWOHOP_COUNTER_ENQUEUED_CALLS);
+            twohop::count(TWOHOP_COUNTER_ENQUEUED_MULTINODE_CALLS);
             return TWOHOP_OK;
         }
         // The node declined: a host copy, the rounds done.
@@ -305,8 +301,8 @@ int twohop_stream_enqueue_multinode(twohop_comm *c, const twohop_userbuf &in,
         }
         return rc;
     }
-    gpu_enqueued_count();
-    twohop::g_multinode_calls.fetch_add(1, std::memory_order_relaxed);
+    twohop::count(TWOHOP_COUNTER_ENQUEUED_CALLS);
+    twohop::count(TWOHOP_COUNTER_ENQUEUED_MULTINODE_CALLS);
     if (c->verbose >= 3) {
         char msg[160];
         std::snprintf(msg, sizeof(msg), "stream-ordered call on %d nodes: %llu bytes, token %llu, "
