@@ -58,6 +58,18 @@ TEST(Sequence, GivesBackOnlyTheLastNumber) {
     EXPECT_EQ(z.last(), 0u);
 }
 
+TEST(Sequence, RewindUndoesAReservedBlock) {
+    Sequence s;
+    s.start_at(10);
+    const uint64_t v = s.take(); // the vote's round: 11
+    EXPECT_TRUE(s.give_back(v)); // the node said yes: the call runs from 11
+    EXPECT_EQ(s.reserve(4), 10u); // 11..14
+    EXPECT_FALSE(s.give_back(v)); // not the last number any more
+    s.rewind(v); // the call failed before it ran: its failure is recorded under 11
+    EXPECT_EQ(s.last(), 10u);
+    EXPECT_EQ(s.take(), 11u);
+}
+
 // One writer, one reader on another thread (the proxy's failure checks): the reader sees the
 // numbers only grow and never past the writer's last.
 TEST(Sequence, ReaderOnAnotherThreadSeesThemGrow) {

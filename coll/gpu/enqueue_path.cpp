@@ -260,7 +260,7 @@ int gpu_stream_posted(twohop_comm *c, const twohop_userbuf &in, const twohop_use
     // An error leaves the failed call's number as the next one (the caller records the
     // failure under c->seq.last() + 1, where the node peers look for it).
     auto failed = [c, s](int rc) {
-        (void)c->seq.give_back(s);
+        c->seq.rewind(s); // also the block reserved after a yes
         return rc;
     };
     int rc;

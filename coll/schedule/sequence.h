@@ -59,6 +59,12 @@ class Sequence {
         return true;
     }
 
+    /* Undoes every number taken from s on, a block reserved after s included: the next number
+     * taken is s again. For a call that failed before it ran (the failure is recorded under
+     * its first number, where the node peers and rail neighbours look for it), whatever it had
+     * taken since s. */
+    void rewind(uint64_t s) { v_.store(s - 1, std::memory_order_relaxed); }
+
   private:
     std::atomic<uint64_t> v_{0};
 };
