@@ -28,7 +28,6 @@
 #include <unistd.h>
 
 #include "comm_ids.h"
-#include "comm_state.h"
 #include "schedule/engine.h"
 #include "schedule/stream_call.h"
 #include "cuda_driver.h"
@@ -210,67 +209,6 @@ void clean_stale_once(const twohop_host &h, uint64_t pidns) {
 }
 
 } // namespace
-
-twohop_comm::~twohop_comm() {
-    gpu_node_log_phases(this);
-    // Stream-ordered calls still on the GPU read and write the shared segment: let them end.
-    const bool drained = gpu_enqueue_drain(this) == TWOHOP_OK;
-    if (!cancel_transfers()) quarantined = true;
-    bool aborts_busy = false;
-    if (worker && aborts) {
-        // The abort receive is pending for the communicator's life; abort sends may be too.
-        if (aborts->posted && !worker->cancel(&aborts->recv, 1.0)) aborts_busy = true;
-        for (auto &r : aborts->sends) {
-            if (!worker->cancel(&r, 1.0)) aborts_busy = true;
-        }
-    }
-    if (aborts_busy) (void)aborts.release(); // UCX still owns them: never freed
-    // A healthy communicator's segment is retained for the next communicator of the same
-    // processes (shm_cache.h): no call failed here or on a node peer, no transfer or GPU work
-    // can still touch it.
-    bool healthy = drained && !quarantined && poisoned == TWOHOP_OK && shm.mapped() &&
-                   shm_token != 0;
-    for (int l = 0; healthy && l < topo.local_size(); ++l) {
-        healthy = shm.flags(l).failed.load(std::memory_order_acquire) == 0;
-    }
-    if (healthy) {
-        gpu_hop1.release_segment();
-        twohop::RetainedShm r;
-        r.offer = twohop::ShmOffer{shm_token, shm_shape, seq.last()};
-        r.shm.reset(new twohop::NodeShm(std::move(shm)));
-        twohop::ShmCache::process().put(std::move(r));
-    }
-    if (quarantined) {
-        // UCX may still write into these: keep them alive for the rest of the process.
-        // Every hop-2 op (ring, Rabenseifner, recursive doubling: hop2_slot.h) and its buffers.
-        new std::vector<twohop::Hop2Slot>(std::move(hop2));
-        new std::vector<char>(std::move(scratch));
-        shm.leak();
-        if (stream_slots) stream_slots->leak();
-        gpu_hop1.call_counters.clear(); // a call kernel may still count in them (leaked)
-        twohop::ucx::Worker::keep_alive();
-    } else if (stream_slots) {
-        // Stream-ordered calls' host copies: the streams copy their last results out shortly
-        // after the gates opened; a copy still in use after 1 s stays allocated.
-        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-        while (!stream_slots->idle() && std::chrono::steady_clock::now() < until) {
-            std::this_thread::yield();
-        }
-        // A call kernel still queued on an application's stream counts in its slot's
-        // counters: they stay allocated with the slot.
-        if (!stream_slots->idle()) gpu_hop1.call_counters.clear();
-    }
-    stream_slots.reset();
-    if (id_reserved) twohop::process_comm_ids().release(comm_id);
-    // GPU work of a failed call that never ended (GpuHop1::stuck) may use the device staging
-    // buffers: kept (freeing device memory would also wait for that work).
-    if (!gpu_hop1.settle()) {
-        for (GpuStaging &st : gpu_staging) {
-            st.ptr = nullptr;
-            st.retired.clear();
-        }
-    }
-}
 
 extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, int *resource,
                                  char *why, size_t whylen) {
