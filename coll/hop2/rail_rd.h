@@ -4,8 +4,8 @@
  * steps (+ fold and unfold for n not a power of two) instead of the ring's 2 (n - 1): the
  * latency algorithm for small messages on many nodes. Every member ends with the same bits.
  * Every message carries the caller's 64-bit call word after the vector (message bytes and
- * item size, schedule/slots.h: call_word): a received message of another length or word — a rank that
- * passed another count or item size, even of the same total bytes — fails with
+ * item size, schedule/slots.h: call_word): a received message of another length or word — a
+ * rank that passed another count or item size, even of the same total bytes — fails with
  * TWOHOP_ERR_MISMATCH; a failed partner endpoint fails with TWOHOP_ERR_TRANSPORT.
  */
 #ifndef TWOHOP_RAIL_RD_H
