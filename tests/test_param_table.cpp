@@ -33,13 +33,16 @@ TEST(ParamTable, DefaultsAreInRange) {
 TEST(ParamTable, RangesNameTheParameter) {
     twohop_params p = defaults();
     p.pipeline_depth = 9;
-    EXPECT_EQ(twohop::param_range_error(p), "coll_twohop_pipeline_depth: value 9 is out of range 1..8");
+    EXPECT_EQ(twohop::param_range_error(p),
+              "coll_twohop_pipeline_depth: value 9 is out of range 1..8");
     p.pipeline_depth = 0;
-    EXPECT_EQ(twohop::param_range_error(p), "coll_twohop_pipeline_depth: value 0 is out of range 1..8");
+    EXPECT_EQ(twohop::param_range_error(p),
+              "coll_twohop_pipeline_depth: value 0 is out of range 1..8");
     p.pipeline_depth = 8; // the bounds themselves are in range
     EXPECT_EQ(twohop::param_range_error(p), "");
     p.latency_hop2 = -1;
-    EXPECT_EQ(twohop::param_range_error(p), "coll_twohop_latency_hop2: value -1 is out of range 0..1");
+    EXPECT_EQ(twohop::param_range_error(p),
+              "coll_twohop_latency_hop2: value -1 is out of range 0..1");
     p = defaults();
     p.segment_bytes = 4095; // SIZE rows compare unsigned, below TWOHOP_MIN_SEGMENT_BYTES
     EXPECT_EQ(twohop::param_range_error(p),
