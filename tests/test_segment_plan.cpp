@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <vector>
+
 using namespace twohop;
 
 TEST(SplitEven, PiecesCoverRangeWithoutGaps) {
@@ -61,4 +63,85 @@ TEST(Segments, MessageOverTwoGiB) {
     Range last = segment_range(count, per, n - 1);
     EXPECT_EQ(last.offset + last.count, count);
     EXPECT_GT(last.offset * 4, uint64_t(1) << 31); // byte offsets beyond 2 GiB stay exact
+}
+
+namespace {
+// A step of the pipeline's order, as a signed number: k + 1 for start(k), -(k + 1) for finish(k).
+std::vector<long long> order_of(uint64_t nseg, uint64_t depth) {
+    std::vector<long long> v;
+    uint64_t started = 0, finished = 0;
+    for (;;) {
+        const PipelineStep s = pipeline_next(started, finished, nseg, depth);
+        if (s.kind == PipelineStep::kDone) break;
+        if (s.kind == PipelineStep::kStart) {
+            EXPECT_EQ(s.k, started);
+            v.push_back(static_cast<long long>(started++) + 1);
+        } else {
+            EXPECT_EQ(s.k, finished);
+            v.push_back(-(static_cast<long long>(finished++) + 1));
+        }
+    }
+    return v;
+}
+} // namespace
+
+TEST(Pipeline, OrderAsDocumented) {
+    EXPECT_EQ(order_of(4, 2), (std::vector<long long>{1, 2, -1, 3, -2, 4, -3, -4}));
+    EXPECT_EQ(order_of(1, 4), (std::vector<long long>{1, -1}));
+    EXPECT_EQ(order_of(3, 1), (std::vector<long long>{1, -1, 2, -2, 3, -3}));
+    EXPECT_TRUE(order_of(0, 2).empty());
+}
+
+// The order the GPU-posted schedule wrote out by hand before (start k after finishing
+// k - depth, then the last depth finishes) and the CPU-posted job's window are the same order.
+TEST(Pipeline, SameOrderAsTheEarlierLoops) {
+    for (uint64_t depth = 1; depth <= 8; ++depth) {
+        for (uint64_t nseg = 0; nseg <= 20; ++nseg) {
+            std::vector<long long> loop;
+            for (uint64_t k = 0; k < nseg; ++k) {
+                if (k >= depth) loop.push_back(-static_cast<long long>(k - depth + 1));
+                loop.push_back(static_cast<long long>(k + 1));
+            }
+            for (uint64_t k = nseg > depth ? nseg - depth : 0; k < nseg; ++k) {
+                loop.push_back(-static_cast<long long>(k + 1));
+            }
+            EXPECT_EQ(order_of(nseg, depth), loop) << "nseg " << nseg << " depth " << depth;
+        }
+    }
+}
+
+// pipeline_run held back by a window that moves: the same order in pieces, no start at or past
+// the limit (nor the finish before it), the finishes after the last start never held, and an
+// enqueue failure stops it.
+TEST(Pipeline, RunInPiecesBehindAWindow) {
+    for (uint64_t depth = 1; depth <= 4; ++depth) {
+        for (uint64_t nseg = 1; nseg <= 12; ++nseg) {
+            std::vector<long long> got;
+            uint64_t started = 0, finished = 0, limit = 0;
+            bool all = false;
+            for (int round = 0; round < 100 && !all; ++round) {
+                const uint64_t lim = limit;
+                all = pipeline_run(
+                    &started, &finished, nseg, depth, [] { return true; },
+                    [lim] { return lim; },
+                    [&](uint64_t k) {
+                        EXPECT_LT(k, lim);
+                        got.push_back(static_cast<long long>(k) + 1);
+                    },
+                    [&](uint64_t k) { got.push_back(-static_cast<long long>(k) - 1); });
+                if (!all) {
+                    EXPECT_GE(started, lim); // held back only at the limit
+                    ++limit;                 // one more hop-2 result
+                }
+            }
+            EXPECT_TRUE(all);
+            EXPECT_EQ(got, order_of(nseg, depth)) << "nseg " << nseg << " depth " << depth;
+        }
+    }
+    uint64_t started = 0, finished = 0;
+    int calls = 0;
+    EXPECT_FALSE(pipeline_run(
+        &started, &finished, 8, 2, [&] { return calls < 3; }, [] { return UINT64_MAX; },
+        [&](uint64_t) { ++calls; }, [&](uint64_t) { ++calls; }));
+    EXPECT_EQ(calls, 3);
 }

@@ -250,15 +250,20 @@ void PostedSchedule::call(unsigned long long *counters, int blocks) {
                                  stream);
 }
 
-void PostedSchedule::tail() {
+bool PostedSchedule::enqueue(const std::function<uint64_t()> &start_limit) {
+    const bool all = twohop::pipeline_run(
+        &started, &finished, nseg, depth(), [this] { return ok; }, start_limit,
+        [this](uint64_t k) { start(k); }, [this](uint64_t k) { finish(k); });
+    if (!all && ok) return false; // held back for now
     GpuHop1 &h = c->gpu_hop1;
-    for (uint64_t k = nseg > depth() ? nseg - depth() : 0; ok && k < nseg; ++k) finish(k);
-    for (int l = 0; ok && h.gather && l < c->topo.local_size(); ++l) {
+    for (int l = 0; ok && !tail_enqueued && h.gather && l < c->topo.local_size(); ++l) {
         if (l != c->topo.local_rank) {
             ok = cuda::wait_flag(h.device, stream, flag_addr(c, l, &RankFlags::done),
                                  s0 + nseg);
         }
     }
+    tail_enqueued = true;
+    return true;
 }
 
 /* Every wait of a GPU-posted call's stream released: the local ranks' flags and the call's

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 #include "doorbell_ring.h"
 #include "gpu_internal.h"
@@ -78,6 +79,8 @@ struct PostedSchedule {
     uint64_t *end_word = nullptr;   // call(): the word the kernel's last block writes at its
     uint64_t end_value = 0;         //   end (posted_call.h), device address, and its value
     bool bounded = false;           // call() on `stream`: its waits bounded by the timeout too
+    uint64_t started = 0, finished = 0; // enqueue(): segments whose start / finish is enqueued
+    bool tail_enqueued = false;         // enqueue(): the wait after the last finish too
 
     uint64_t depth() const { return static_cast<uint64_t>(c->depth); }
     uint64_t shards() const { return static_cast<uint64_t>(c->topo.n_shards()); }
@@ -98,9 +101,15 @@ struct PostedSchedule {
      * (call_counters). */
     void call(unsigned long long *counters, int blocks);
 
-    /* After start(nseg - 1): the last finishes; with hop 3 gathered, the wait for the peers
-     * that still copy from this rank's receive buffer. */
-    void tail();
+    /*
+     * The call as stream operations: enqueues the next start(k) / finish(k) in the pipeline's
+     * order (pipeline_next, segment_plan.h), as far as `start_limit()` lets it -- no segment
+     * k >= start_limit() starts, nor the finish the order puts before that start -- and after
+     * the last finish, with hop 3 gathered, the wait for the peers that still copy from this
+     * rank's receive buffer. Call again while it returns false; true once the whole call is
+     * enqueued (or an enqueue failed: `ok` false).
+     */
+    bool enqueue(const std::function<uint64_t()> &start_limit);
 };
 
 

@@ -98,33 +98,31 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
         kernel_blocks > 0 ? call_counters(c, dev, kBlockingCounters) : nullptr;
     if (counters == nullptr) kernel_blocks = 0;
     const uint64_t window = depth > kPostedWindow ? depth : kPostedWindow;
-    uint64_t next_k = 0;                  // next segment to start (this thread only)
+    bool called = false;                  // the call kernel is launched (this thread only)
     std::atomic<bool> enqueued_all{false}; // the `drained` write after the last operation is enqueued
     std::atomic<bool> enqueue_failed{false};
     auto results = [&]() { // segments whose hop-2 results this rank published (proxy: retire)
         const uint64_t r = c->shm.flags(me).reduced.load(std::memory_order_acquire);
         return r > s0 ? r - s0 : 0;
     };
+    bool more = true; // enqueue_more has more to enqueue (this thread only)
     auto enqueue_more = [&]() -> bool {
-        if (kernel_blocks > 0 && next_k == 0) {
-            sched.end_word = &h.ring_dev->drained; // the kernel ends the call: no stream write
-            sched.end_value = 1;
-            sched.call(counters, kernel_blocks);
-            next_k = nseg;
-            if (sched.ok) enqueued_all.store(true, std::memory_order_release);
-        }
-        while (sched.ok && next_k < nseg && next_k < results() + window) {
-            if (next_k >= depth) sched.finish(next_k - depth);
-            sched.start(next_k);
-            ++next_k;
-        }
-        if (sched.ok && next_k == nseg && kernel_blocks == 0) {
-            sched.tail();
+        if (kernel_blocks > 0) {
+            if (!called) {
+                sched.end_word = &h.ring_dev->drained; // the kernel ends the call: no stream write
+                sched.end_value = 1;
+                sched.call(counters, kernel_blocks);
+                called = true;
+                if (sched.ok) enqueued_all.store(true, std::memory_order_release);
+            }
+            more = false;
+        } else if (more && sched.enqueue([&]() { return results() + window; })) {
             sched.ok = sched.ok && cuda::write_flag(dev, st, &h.ring_dev->drained, 1);
             if (sched.ok) enqueued_all.store(true, std::memory_order_release);
+            more = false;
         }
         if (!sched.ok) enqueue_failed.store(true, std::memory_order_release);
-        return sched.ok && next_k < nseg;
+        return sched.ok && more;
     };
     h.pending = true;
 

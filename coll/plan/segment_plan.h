@@ -60,6 +60,52 @@ TWOHOP_HOST_DEVICE inline Range segment_range(uint64_t count, uint64_t seg_items
     return Range{off, left < seg_items ? left : seg_items};
 }
 
+/*
+ * The pipeline's order, stated once for every path that runs segments (the CPU-posted
+ * PipelineJob, the GPU-posted call's stream operations on either stream): with `started`
+ * segments started and `finished` of them finished (the oldest first), start the next one while
+ * fewer than `depth` (>= 1) are in flight, else finish the oldest; done when all `nseg` are
+ * finished. For depth 2 and 4 segments: start 0, start 1, finish 0, start 2, finish 1, start 3,
+ * finish 2, finish 3 -- segment k + depth starts only after segment k finished, so it may reuse
+ * k's buffer set (s mod depth).
+ */
+struct PipelineStep {
+    enum Kind { kStart, kFinish, kDone } kind;
+    uint64_t k; // the segment to start or finish
+};
+
+inline PipelineStep pipeline_next(uint64_t started, uint64_t finished, uint64_t nseg,
+                                  uint64_t depth) {
+    if (started < nseg && started - finished < depth) return {PipelineStep::kStart, started};
+    if (finished < started) return {PipelineStep::kFinish, finished};
+    return {PipelineStep::kDone, nseg};
+}
+
+/*
+ * Runs the order from (*started, *finished) on, calling start(k) and finish(k), while go()
+ * holds (it turns false when an enqueue failed) and as far as start_limit() lets it: no
+ * segment k >= start_limit() starts, nor the finish the order puts before that start (the
+ * finishes after the last start are never held). Returns true once every segment is finished.
+ * The GPU-posted call's stream operations use it (a window ahead of the hop-2 results).
+ */
+template <class Go, class Limit, class Start, class Finish>
+bool pipeline_run(uint64_t *started, uint64_t *finished, uint64_t nseg, uint64_t depth, Go go,
+                  Limit start_limit, Start start, Finish finish) {
+    for (;;) {
+        const PipelineStep step = pipeline_next(*started, *finished, nseg, depth);
+        if (step.kind == PipelineStep::kDone) return true;
+        if (!go()) return false;
+        if (*started < nseg && *started >= start_limit()) return false;
+        if (step.kind == PipelineStep::kStart) {
+            start(step.k);
+            ++*started;
+        } else {
+            finish(step.k);
+            ++*finished;
+        }
+    }
+}
+
 } // namespace twohop
 
 #endif

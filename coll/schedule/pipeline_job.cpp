@@ -171,15 +171,17 @@ int PipelineJob::advance() {
     int rc;
     for (;;) {
         switch (st_) {
-        case kPick:
-            if (next_ < nseg_ && next_ - first_ < static_cast<uint64_t>(c->depth)) {
+        case kPick: {
+            const PipelineStep::Kind next =
+                pipeline_next(next_, first_, nseg_, static_cast<uint64_t>(c->depth)).kind;
+            if (next == PipelineStep::kStart) {
                 window_[next_ % kMaxDepth] =
                     InFlight{c->seq.take(), segment_range(count_, seg_items_, next_),
                              next_ + 1 == nseg_};
                 ++next_;
                 mark();
                 st_ = kStartFree;
-            } else if (first_ < next_) {
+            } else if (next == PipelineStep::kFinish) { // the oldest segment, first_
                 mark();
                 st_ = kFinishRings;
             } else {
@@ -188,6 +190,7 @@ int PipelineJob::advance() {
                 break;
             }
             break;
+        }
         case kStartFree: {
             const InFlight &f = window_[(next_ - 1) % kMaxDepth];
             if (f.s > uint64_t(c->depth) &&
