@@ -62,9 +62,9 @@ void release_posted(twohop_comm *c, twohop::DoorbellRing *ring, uint64_t s0);
 /*
  * The GPU's half of a GPU-posted call (the blocking form on the communicator's stream, the
  * stream-ordered form on the application's): the stream operations of segment k, enqueued by
- * the calling thread in the CPU-posted pipeline's order (start(0) .. start(depth - 1),
- * finish(0), start(depth), finish(1), ...; tail() ends the call). `ok` turns false at the
- * first enqueue that fails.
+ * the calling thread in the pipeline's order (pipeline_next: start(0) .. start(depth - 1),
+ * finish(0), start(depth), finish(1), ...; enqueue() runs it and ends the call), or the whole
+ * call as one kernel (call()). `ok` turns false at the first enqueue that fails.
  */
 struct PostedSchedule {
     twohop_comm *c;

@@ -203,9 +203,9 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
                                            idle);
     } else {
         bool busy = twohop::mpi_thread_work_queued();
-        bool more = true;
+        bool enqueuing = true;
         for (unsigned spins = 1;; ++spins) {
-            if (more) more = enqueue_more();
+            if (enqueuing) enqueuing = enqueue_more();
             if ((rc = step()) != twohop::Proxy::kPending) break;
             if (spins % (busy ? 16u : 1024u) == 0) busy = idle();
         }
