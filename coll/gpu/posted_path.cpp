@@ -98,7 +98,6 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
         kernel_blocks > 0 ? call_counters(c, dev, kBlockingCounters) : nullptr;
     if (counters == nullptr) kernel_blocks = 0;
     const uint64_t window = depth > kPostedWindow ? depth : kPostedWindow;
-    bool called = false;                  // the call kernel is launched (this thread only)
     std::atomic<bool> enqueued_all{false}; // the `drained` write after the last operation is enqueued
     std::atomic<bool> enqueue_failed{false};
     auto results = [&]() { // segments whose hop-2 results this rank published (proxy: retire)
@@ -107,16 +106,14 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
     };
     bool more = true; // enqueue_more has more to enqueue (this thread only)
     auto enqueue_more = [&]() -> bool {
+        if (!more) return false;
         if (kernel_blocks > 0) {
-            if (!called) {
-                sched.end_word = &h.ring_dev->drained; // the kernel ends the call: no stream write
-                sched.end_value = 1;
-                sched.call(counters, kernel_blocks);
-                called = true;
-                if (sched.ok) enqueued_all.store(true, std::memory_order_release);
-            }
+            sched.end_word = &h.ring_dev->drained; // the kernel ends the call: no stream write
+            sched.end_value = 1;
+            sched.call(counters, kernel_blocks);
+            if (sched.ok) enqueued_all.store(true, std::memory_order_release);
             more = false;
-        } else if (more && sched.enqueue([&]() { return results() + window; })) {
+        } else if (sched.enqueue([&]() { return results() + window; })) {
             sched.ok = sched.ok && cuda::write_flag(dev, st, &h.ring_dev->drained, 1);
             if (sched.ok) enqueued_all.store(true, std::memory_order_release);
             more = false;

@@ -59,8 +59,7 @@ bool RhdOp::partner_failed() const {
 }
 
 bool RhdOp::received_ok() const {
-    return recv_.received == expect_bytes_ &&
-           (recv_.sender_tag & last_mask_) == (tag_base_ & last_mask_);
+    return received_as_expected(expect_bytes_, tag_base_, last_mask_);
 }
 
 int RhdOp::finish_step() {

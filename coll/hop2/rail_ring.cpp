@@ -52,8 +52,7 @@ bool RingOp::partner_failed() const {
 }
 
 bool RingOp::received_ok() const {
-    return recv_.received == expect_bytes_ &&
-           (recv_.sender_tag & last_mask_) == (tag_base_ & last_mask_);
+    return received_as_expected(expect_bytes_, tag_base_, last_mask_);
 }
 
 int RingOp::finish_step() {

@@ -15,6 +15,7 @@
 #define TWOHOP_STEP_OP_H
 
 #include <cstddef>
+#include <cstdint>
 
 #include "worker.h"
 
@@ -49,6 +50,14 @@ class StepOp {
     virtual bool received_ok() const = 0;
     /* The step's local work after its transfers completed (combine, copy); a twohop_status. */
     virtual int finish_step() = 0;
+    /* received_ok of the schedules whose receives match without the tag's `last` bit (ring,
+     * Rabenseifner): `expect_bytes` arrived and the sender's `last` bit (last_mask) equals
+     * this op's (in tag_base). */
+    bool received_as_expected(uint64_t expect_bytes, uint64_t tag_base,
+                              uint64_t last_mask) const {
+        return recv_.received == expect_bytes &&
+               (recv_.sender_tag & last_mask) == (tag_base & last_mask);
+    }
 
     ucx::Worker *w_ = nullptr;
     size_t step_ = 0, nsteps_ = 0;

@@ -20,12 +20,6 @@ bool in_range(T v, long long lo, long long hi) {
 }
 
 template <class T>
-std::string text(T v) {
-    return std::is_signed<T>::value ? std::to_string(static_cast<long long>(v))
-                                    : std::to_string(static_cast<unsigned long long>(v));
-}
-
-template <class T>
 uint64_t word(T v) {
     return std::is_signed<T>::value ? static_cast<uint64_t>(static_cast<long long>(v))
                                     : static_cast<uint64_t>(v);
@@ -46,6 +40,12 @@ const AgreedRow kAgreed[kAgreedParams > 0 ? kAgreedParams : 1] = {
 
 std::string word_text(uint64_t w, bool is_signed) {
     return is_signed ? std::to_string(static_cast<long long>(w)) : std::to_string(w);
+}
+
+/* A parameter's value as text, in its own signedness. */
+template <class T>
+std::string text(T v) {
+    return word_text(word(v), std::is_signed<T>::value);
 }
 
 } // namespace
