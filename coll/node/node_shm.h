@@ -28,15 +28,24 @@
 
 namespace twohop {
 
-/* Sequence counters one local rank publishes; each line has a single writer. */
+/* Sequence counters one local rank publishes; each line has a single writer. Four 64-byte
+ * lines: the counters written on every call; the message sizes; the stream-ordered words
+ * (written by the GPU); and the failure words, written only when a call fails. The failure
+ * words have a line of their own because every rank polls its peers' ones on each pass of a
+ * queued call (twohop_comm::peer_failed): on a line the peer writes every call, each of those
+ * reads missed in the cache (18 % of a non-blocking 8-byte call's time on 2 ranks; docs/perf.md,
+ * "Where a small non-blocking call spends its time"). */
 struct alignas(128) RankFlags {
     std::atomic<uint64_t> arrived; // input of segment `seq` copied into my slot
     std::atomic<uint64_t> reduced; // my shards of `seq` hold the final (post hop 2) result
     std::atomic<uint64_t> done;    // I finished reading every buffer of `seq`
-    std::atomic<uint64_t> failed;  // non-zero: my call failed (a twohop_status); peers stop
+    std::atomic<uint64_t> vote;    // GPU path round: (seq << 1) | "I can take it"
+    std::atomic<uint64_t> desc_seq; // GPU round `seq`: my descriptor is published
+    std::atomic<uint64_t> gathered; // hop 3 on the GPU: my shards of `seq` are in my device
+                                    // receive buffer, where local peers copy them from
+    std::atomic<uint64_t> pad0_[2];
     std::atomic<uint64_t> bytes[8]; // [set] message bytes of the call using that buffer set,
                                     // written before `arrived`: local peers compare sizes
-    std::atomic<uint64_t> vote;     // GPU path round: (seq << 1) | "I can take it"
     /* Stream-ordered GPU path: my input of `seq` is complete (written by my GPU stream, not
      * by the host). One word per call in flight: a multi-node call uses ready[n % kReadyWords]
      * for the communicator's n-th such call (twohop_comm::stream_ready_calls), so a call that
@@ -44,13 +53,15 @@ struct alignas(128) RankFlags {
      * call's wait; the single-node form uses ready[0]. */
     static constexpr int kReadyWords = 8;
     std::atomic<uint64_t> ready[kReadyWords];
+    std::atomic<uint64_t> failed;     // non-zero: my call failed (a twohop_status); peers stop
     std::atomic<uint64_t> failed_seq; // first sequence number of the call that failed (written
                                       // before `failed`): peers still in an earlier call finish it
-    std::atomic<uint64_t> desc_seq;   // GPU round `seq`: my descriptor is published
-    std::atomic<uint64_t> gathered;   // hop 3 on the GPU: my shards of `seq` are in my device
-                                      // receive buffer, where local peers copy them from
+    std::atomic<uint64_t> pad1_[6];
 };
 static_assert(sizeof(RankFlags) == 256, "flag lines of 256 bytes, one per rank");
+static_assert(offsetof(RankFlags, failed) % 64 == 0 && offsetof(RankFlags, bytes) % 64 == 0 &&
+                  offsetof(RankFlags, ready) % 64 == 0,
+              "the failure words, the sizes and the ready words each begin a 64-byte line");
 
 struct ShmLayout {
     int local_size = 0;
