@@ -20,6 +20,8 @@
 #include "ompi/op/op.h"
 #include "ompi/request/request.h"
 
+#include "mpi_handles.h"
+#include "policy.h"
 #include "twohop_core.h"
 
 typedef struct twohop_module {
@@ -110,9 +112,10 @@ typedef struct call_args {
     staging sin, sout;
 } call_args;
 
-/* CALL_DEFER: twohop would serve the call once the communicator's set-up, running in a fiber
- * (or not started and allowed to start there), is done. */
-typedef enum { CALL_EMPTY, CALL_SERVE, CALL_FALLBACK, CALL_BROKEN, CALL_DEFER } call_route;
+/* call_route (CALL_EMPTY, CALL_SERVE, CALL_FALLBACK, CALL_BROKEN, CALL_DEFER) and the rules
+ * behind it are the front ends' shared policy (front/policy.h). CALL_DEFER here: twohop would
+ * serve the call once the communicator's set-up, running in a fiber (or not started and
+ * allowed to start there), is done. */
 
 /* twohop_component.c */
 extern struct twohop_params twohop_adapter_params;

@@ -251,70 +251,6 @@ static void host_progress(void) {
 
 /* ------------------------------------------------------- datatype mapping ---- */
 
-#define INT_T(ctype) (sizeof(ctype) == 8 ? TWOHOP_I64 : sizeof(ctype) == 4 ? TWOHOP_I32 : \
-                      sizeof(ctype) == 2 ? TWOHOP_I16 : TWOHOP_I8)
-#define UINT_T(ctype) (sizeof(ctype) == 8 ? TWOHOP_U64 : sizeof(ctype) == 4 ? TWOHOP_U32 : \
-                       sizeof(ctype) == 2 ? TWOHOP_U16 : TWOHOP_U8)
-
-/* Predefined datatype -> twohop element type. Filled once at component open (before any
- * thread can call allreduce), read-only afterwards. */
-static struct {
-    MPI_Datatype dt;
-    int t;
-} type_table[48];
-static int type_table_len;
-
-static void build_type_table(void) {
-    int n = 0;
-#define MAP(mpi, kind) type_table[n].dt = (mpi); type_table[n].t = (kind); n++;
-    MAP(MPI_CHAR, TWOHOP_I8) MAP(MPI_SIGNED_CHAR, TWOHOP_I8) MAP(MPI_UNSIGNED_CHAR, TWOHOP_U8)
-    MAP(MPI_BYTE, TWOHOP_BYTE) MAP(MPI_SHORT, TWOHOP_I16) MAP(MPI_UNSIGNED_SHORT, TWOHOP_U16)
-    MAP(MPI_INT, TWOHOP_I32) MAP(MPI_UNSIGNED, TWOHOP_U32) MAP(MPI_LONG, INT_T(long))
-    MAP(MPI_UNSIGNED_LONG, UINT_T(unsigned long)) MAP(MPI_LONG_LONG_INT, TWOHOP_I64)
-    MAP(MPI_UNSIGNED_LONG_LONG, TWOHOP_U64) MAP(MPI_INT8_T, TWOHOP_I8)
-    MAP(MPI_UINT8_T, TWOHOP_U8) MAP(MPI_INT16_T, TWOHOP_I16) MAP(MPI_UINT16_T, TWOHOP_U16)
-    MAP(MPI_INT32_T, TWOHOP_I32) MAP(MPI_UINT32_T, TWOHOP_U32) MAP(MPI_INT64_T, TWOHOP_I64)
-    MAP(MPI_UINT64_T, TWOHOP_U64) MAP(MPI_AINT, INT_T(MPI_Aint))
-    MAP(MPI_OFFSET, INT_T(MPI_Offset)) MAP(MPI_COUNT, INT_T(MPI_Count))
-    MAP(MPI_FLOAT, TWOHOP_F32) MAP(MPI_DOUBLE, TWOHOP_F64) MAP(MPI_LONG_DOUBLE, TWOHOP_LDBL)
-    MAP(MPI_C_BOOL, TWOHOP_BOOL) MAP(MPI_CXX_BOOL, TWOHOP_BOOL)
-    MAP(MPI_C_FLOAT_COMPLEX, TWOHOP_C32) MAP(MPI_C_DOUBLE_COMPLEX, TWOHOP_C64)
-    MAP(MPI_C_LONG_DOUBLE_COMPLEX, TWOHOP_CLDBL) MAP(MPI_CXX_FLOAT_COMPLEX, TWOHOP_C32)
-    MAP(MPI_CXX_DOUBLE_COMPLEX, TWOHOP_C64) MAP(MPI_CXX_LONG_DOUBLE_COMPLEX, TWOHOP_CLDBL)
-    MAP(MPI_FLOAT_INT, TWOHOP_FLOAT_INT) MAP(MPI_DOUBLE_INT, TWOHOP_DOUBLE_INT)
-    MAP(MPI_LONG_INT, TWOHOP_LONG_INT) MAP(MPI_2INT, TWOHOP_2INT)
-    MAP(MPI_SHORT_INT, TWOHOP_SHORT_INT) MAP(MPI_LONG_DOUBLE_INT, TWOHOP_LONG_DOUBLE_INT)
-    MAP(MPI_INTEGER, TWOHOP_I32) MAP(MPI_REAL, TWOHOP_F32)
-    MAP(MPI_DOUBLE_PRECISION, TWOHOP_F64) MAP(MPI_COMPLEX, TWOHOP_C32)
-    MAP(MPI_DOUBLE_COMPLEX, TWOHOP_C64) MAP(MPI_2INTEGER, TWOHOP_2INT)
-#ifdef MPIX_C_FLOAT16 /* Open MPI built with the shortfloat extension */
-    MAP(MPIX_C_FLOAT16, TWOHOP_F16)
-#endif
-#undef MAP
-    type_table_len = n;
-}
-
-/* Predefined datatype -> twohop element type; -1 when twohop has no kernel for it. */
-static int map_predefined(ompi_datatype_t *d) {
-    for (int i = 0; i < type_table_len; ++i) {
-        if (type_table[i].dt == d) return type_table[i].t;
-    }
-    return -1;
-}
-
-/*
- * Half precision (include/twohop_half.h): the datatype and op handles the header registered
- * through mca_coll_twohop_register_half. Every rank creates them with the same header calls, so
- * the classification below is the same on every rank (it depends on the datatype and op only).
- */
-static struct {
-    MPI_Datatype type;
-    MPI_Op op; /* MPI_OP_NULL: a datatype entry */
-    int kind;  /* 1 bfloat16, 2 binary16 */
-    int half_op;
-} half_table[64];
-static int half_table_len;
-static opal_mutex_t half_lock = OPAL_MUTEX_STATIC_INIT;
 /* Calls served with twohop's half-precision kernels (pvar coll_twohop_half_calls). */
 static unsigned long long twohop_half_calls;
 
@@ -325,60 +261,13 @@ void twohop_count_half(const twohop_reduction *red) {
 }
 
 /*
- * Registers a half-precision datatype (op MPI_OP_NULL, half_op -1) or op (half_op 0 sum,
- * 1 prod, 2 max, 3 min) of `kind` (1 bfloat16, 2 binary16) created by include/twohop_half.h.
- * Returns MPI_SUCCESS, MPI_ERR_ARG for a bad kind/op, MPI_ERR_NO_MEM when the table (64
- * entries) is full: the handle then works through its host function, not twohop's kernels.
+ * Registers a half-precision datatype or op created by include/twohop_half.h, in the front
+ * ends' shared registry (coll/front/mpi_handles.h: arguments, errors). Every rank creates them
+ * with the same header calls, so the classification is the same on every rank.
  */
 __attribute__((visibility("default"))) int
 mca_coll_twohop_register_half(MPI_Datatype type, MPI_Op op, int kind, int half_op) {
-    if ((kind != 1 && kind != 2) || half_op < -1 || half_op > 3 ||
-        (op == MPI_OP_NULL) != (half_op == -1)) {
-        return MPI_ERR_ARG;
-    }
-    opal_mutex_lock(&half_lock);
-    const int n = __atomic_load_n(&half_table_len, __ATOMIC_ACQUIRE);
-    if (n < (int)(sizeof(half_table) / sizeof(half_table[0]))) {
-        half_table[n].type = type;
-        half_table[n].op = op;
-        half_table[n].kind = kind;
-        half_table[n].half_op = half_op;
-        __atomic_store_n(&half_table_len, n + 1, __ATOMIC_RELEASE);
-    }
-    opal_mutex_unlock(&half_lock);
-    return n < (int)(sizeof(half_table) / sizeof(half_table[0])) ? MPI_SUCCESS : MPI_ERR_NO_MEM;
-}
-
-/* The half-precision kind of datatype d (0: none), and of op for that kind (-1: none). */
-static int half_type_kind(ompi_datatype_t *d) {
-    const int n = __atomic_load_n(&half_table_len, __ATOMIC_ACQUIRE);
-    for (int i = 0; i < n; ++i) {
-        if (half_table[i].op == MPI_OP_NULL && half_table[i].type == d) return half_table[i].kind;
-    }
-    return 0;
-}
-static int half_op_of(ompi_op_t *op, int kind) {
-    const int n = __atomic_load_n(&half_table_len, __ATOMIC_ACQUIRE);
-    for (int i = 0; i < n; ++i) {
-        if (half_table[i].op == op && half_table[i].kind == kind) return half_table[i].half_op;
-    }
-    return -1;
-}
-
-static int map_op(ompi_op_t *op) {
-    if (op == MPI_SUM) return TWOHOP_OP_SUM;
-    if (op == MPI_PROD) return TWOHOP_OP_PROD;
-    if (op == MPI_MAX) return TWOHOP_OP_MAX;
-    if (op == MPI_MIN) return TWOHOP_OP_MIN;
-    if (op == MPI_LAND) return TWOHOP_OP_LAND;
-    if (op == MPI_LOR) return TWOHOP_OP_LOR;
-    if (op == MPI_LXOR) return TWOHOP_OP_LXOR;
-    if (op == MPI_BAND) return TWOHOP_OP_BAND;
-    if (op == MPI_BOR) return TWOHOP_OP_BOR;
-    if (op == MPI_BXOR) return TWOHOP_OP_BXOR;
-    if (op == MPI_MAXLOC) return TWOHOP_OP_MAXLOC;
-    if (op == MPI_MINLOC) return TWOHOP_OP_MINLOC;
-    return -1;
+    return twohop_half_register(type, op, kind, half_op);
 }
 
 /* ------------------------------------------------------------ memory kinds ---- */
@@ -604,12 +493,6 @@ static int user_reduce(void *ctx, const void *in, void *inout, size_t count) {
 }
 
 /*
- * Fills *red for (dtype, op) or returns why twohop cannot serve it. Decides from the op and
- * the type signature only (identical on every rank); *base/base_size/base_extent describe the
- * canonical element for predefined ops (base NULL for user ops). *elems_per_item: canonical
- * elements per user item, so the core's count is count * *elems_per_item.
- */
-/*
  * The one predefined datatype the type signature of `t` consists of, or NULL when it has
  * several. Like Open MPI's ompi_datatype_get_single_predefined_type_from_args (it follows the
  * construction), except that blocks of a struct that add nothing to the signature (block length
@@ -664,74 +547,6 @@ ompi_datatype_t *signature_base(ompi_datatype_t *dtype, int count, uint64_t *n) 
     ompi_datatype_type_size(b, &bs);
     *n = bs ? (uint64_t)count * (ts / bs) : 0;
     return b;
-}
-
-static const char *classify(ompi_datatype_t *dtype, ompi_op_t *op, twohop_reduction *red,
-                            user_op_ctx *uctx, ompi_datatype_t **base_out, size_t *base_size,
-                            size_t *base_extent, size_t *elems_per_item) {
-    size_t size;
-    ompi_datatype_type_size(dtype, &size);
-    memset(red, 0, sizeof(*red));
-    *base_out = NULL;
-    *base_size = *base_extent = 0;
-    *elems_per_item = 1;
-    const int half = half_type_kind(dtype);
-    const int half_op = half ? half_op_of(op, half) : -1;
-    if (half_op >= 0) { /* include/twohop_half.h: twohop's kernels, the ops' arithmetic */
-        static const twohop_op ops[4] = {TWOHOP_OP_SUM, TWOHOP_OP_PROD, TWOHOP_OP_MAX,
-                                         TWOHOP_OP_MIN};
-        red->dtype = half == 1 ? TWOHOP_BF16 : TWOHOP_F16;
-        red->op = ops[half_op];
-        red->item_bytes = 2;
-        red->elems_per_item = 1;
-        *base_out = dtype;
-        *base_size = *base_extent = 2;
-        return NULL;
-    }
-    if (!ompi_op_is_intrinsic(op)) {
-        if (!ompi_op_is_commute(op)) return "user-defined op is not commutative";
-        uctx->op = op;
-        uctx->dtype = dtype;
-        uctx->size = size;
-        ptrdiff_t lb;
-        ompi_datatype_get_extent(dtype, &lb, &uctx->extent);
-        ompi_datatype_get_true_extent(dtype, &uctx->true_lb, &uctx->true_extent);
-        uctx->packed = false; /* set per call by the caller (depends on count) */
-        red->op = TWOHOP_OP_USER;
-        red->item_bytes = size;
-        red->elems_per_item = 1;
-        red->user_fn = user_reduce;
-        red->user_ctx = uctx;
-        return NULL;
-    }
-    int o = map_op(op);
-    if (o < 0) return "op is not one of the predefined reduction ops";
-    ompi_datatype_t *base = dtype;
-    if (!ompi_datatype_is_predefined(dtype)) {
-        base = single_signature_type(dtype, 0);
-        if (base == NULL) return "derived datatype mixes several predefined types";
-    }
-    int t = map_predefined(base);
-    if (t < 0) return "no twohop kernel for this predefined datatype";
-    ptrdiff_t base_lb, bext;
-    size_t bsize;
-    ompi_datatype_get_extent(base, &base_lb, &bext);
-    ompi_datatype_type_size(base, &bsize);
-    if ((size_t)bext != twohop_dtype_size((twohop_dtype)t) || bsize == 0 || size % bsize != 0) {
-        return "datatype layout differs from twohop's element layout";
-    }
-    if (!twohop_kernel_supported((twohop_dtype)t, (twohop_op)o)) {
-        return "MPI does not define this op for this datatype";
-    }
-    red->dtype = (twohop_dtype)t;
-    red->op = (twohop_op)o;
-    red->item_bytes = (size_t)bext;
-    red->elems_per_item = 1;
-    *base_out = base;
-    *base_size = bsize;
-    *base_extent = (size_t)bext;
-    *elems_per_item = size / bsize;
-    return NULL;
 }
 
 /* ------------------------------------------------------------- allreduce ---- */
@@ -870,32 +685,76 @@ static bool join_stream(bool *enqueue, void *stream) {
     return twohop_stream_sync(stream) == 0;
 }
 
-/* The half of route_call decided from the op and the type signature (twohop_adapter.h). */
+/*
+ * The half of route_call decided from the op and the type signature (twohop_adapter.h): the
+ * facts coll/front/policy.h decides from, read through Open MPI's datatype and op objects;
+ * then, for a served call, the canonical element (a->base, base_size, base_extent: the half
+ * type itself for a half pair, the signature's predefined type for a predefined op, NULL for a
+ * user op, whose canonical layout is the packed signature) and the user op's context.
+ */
 call_route route_signature(int count, ompi_datatype_t *dtype, ompi_op_t *op, call_args *a,
                            const char **why) {
-    size_t type_size;
-    *why = NULL;
-    if (count < 0) {
-        *why = "negative count";
-        return CALL_FALLBACK;
+    twohop_type_facts f;
+    memset(&f, 0, sizeof(f));
+    size_t size = 0;
+    ompi_datatype_type_size(dtype, &size);
+    f.type_size = size;
+    twohop_dtype ht = TWOHOP_F32;
+    twohop_op ho = TWOHOP_OP_SUM;
+    f.half_dtype = twohop_half_lookup(dtype, op, &ht, &ho) ? (int)ht : TWOHOP_NO_KERNEL;
+    f.half_op = (int)ho;
+    f.op_predefined = ompi_op_is_intrinsic(op);
+    f.op_commutes = ompi_op_is_commute(op);
+    f.op = twohop_mpi_map_op(op);
+    ompi_datatype_t *base = NULL;
+    f.base = TWOHOP_NO_KERNEL;
+    if (count > 0 && size > 0 && f.half_dtype < 0 && f.op >= 0) {
+        base = ompi_datatype_is_predefined(dtype) ? dtype : single_signature_type(dtype, 0);
+        f.base = base == NULL ? TWOHOP_BASE_MIXED : twohop_mpi_map_type(base);
+        if (base != NULL) {
+            ptrdiff_t blb, bext;
+            size_t bsize;
+            ompi_datatype_get_extent(base, &blb, &bext);
+            ompi_datatype_type_size(base, &bsize);
+            f.base_size = bsize;
+            f.base_extent = (uint64_t)bext;
+        }
     }
-    ompi_datatype_type_size(dtype, &type_size);
-    if (count == 0 || type_size == 0) return CALL_EMPTY; /* empty signature on every rank */
-    *why = classify(dtype, op, &a->red, &a->uctx, &a->base, &a->base_size, &a->base_extent,
-                    &a->elems_per_item);
-    return *why ? CALL_FALLBACK : CALL_SERVE;
+    uint64_t epi = 1;
+    const call_route route = twohop_route_signature(count, &f, &a->red, &epi, why);
+    a->base = NULL;
+    a->base_size = a->base_extent = 0;
+    a->elems_per_item = (size_t)epi;
+    if (route != CALL_SERVE) return route;
+    if (a->red.op == TWOHOP_OP_USER) {
+        user_op_ctx *u = &a->uctx;
+        u->op = op;
+        u->dtype = dtype;
+        u->size = size;
+        ptrdiff_t lb;
+        ompi_datatype_get_extent(dtype, &lb, &u->extent);
+        ompi_datatype_get_true_extent(dtype, &u->true_lb, &u->true_extent);
+        u->packed = false; /* set per call by prepare_buffers (depends on count) */
+        a->red.user_fn = user_reduce;
+        a->red.user_ctx = u;
+    } else if (f.half_dtype >= 0) {
+        a->base = dtype;
+        a->base_size = a->base_extent = 2;
+    } else {
+        a->base = base;
+        a->base_size = (size_t)f.base_size;
+        a->base_extent = (size_t)f.base_extent;
+    }
+    return route;
 }
 
 /* The half of route_call decided from the set-up's agreed outcome `state`. */
 call_route route_setup(twohop_module *m, int count, const call_args *a, const char **why,
                        int state) {
-    if (state == -2) return CALL_BROKEN; /* reported once in set-up */
-    if (state < 0) {
-        *why = "set-up failed";
-        return CALL_FALLBACK;
-    }
-    *why = twohop_comm_cannot_serve(m->core, (uint64_t)count, a->red.item_bytes);
-    return *why ? CALL_FALLBACK : CALL_SERVE;
+    return twohop_route_setup(
+        state, state == 1 ? twohop_comm_cannot_serve(m->core, (uint64_t)count, a->red.item_bytes)
+                          : NULL,
+        why);
 }
 
 /*
@@ -908,14 +767,8 @@ call_route route_call(twohop_module *m, int count, ompi_datatype_t *dtype, ompi_
                       call_args *a, const char **why, bool defer) {
     const call_route r = route_signature(count, dtype, op, a, why);
     if (r != CALL_SERVE) return r;
-    if (defer && a->red.item_bytes > TWOHOP_MIN_SEGMENT_BYTES) {
-        /* A non-blocking or persistent call may be routed before this rank's set-up has
-         * ended (a fiber) or after; its route must not depend on which. Items larger than
-         * the smallest possible slot might not fit the agreed one (a fallback known only at
-         * the set-up's end, too late for a started call): handed back always. */
-        *why = "non-blocking or persistent call with items larger than 4 KiB (user op on a "
-               "large datatype)";
-        return CALL_FALLBACK;
+    if (defer && (*why = twohop_deferrable_refusal(a->red.item_bytes)) != NULL) {
+        return CALL_FALLBACK; /* the same route before and after the set-up ends (policy.h) */
     }
     int state = __atomic_load_n(&m->setup_state, __ATOMIC_ACQUIRE);
     if (state == 0 || state == 2) {
@@ -1028,10 +881,11 @@ static int allreduce_impl(const void *sbuf, void *rbuf, int count, ompi_datatype
         return MPI_ERR_OTHER;
     }
     /* Only device buffers of the canonical layout can stay on the stream. */
-    if (enqueue && (route == CALL_FALLBACK || a.kin != TWOHOP_KIND_CUDA ||
-                    a.kout != TWOHOP_KIND_CUDA ||
-                    !layout_is_canonical(dtype, (size_t)count, a.base, a.base_size,
-                                         a.base_extent))) {
+    if (enqueue &&
+        !twohop_stays_on_stream(route, a.kin, a.kout,
+                                route == CALL_SERVE &&
+                                    layout_is_canonical(dtype, (size_t)count, a.base,
+                                                        a.base_size, a.base_extent))) {
         if (!join_stream(&enqueue, stream)) {
             opal_output(0, "coll:twohop: comm %s: twohop_allreduce_enqueue: waiting for the "
                         "application's CUDA stream failed (the stream or its device is in an "
@@ -1323,7 +1177,6 @@ static int twohop_register(void) {
  * against: internal structure layouts may differ between 4.1.x releases.
  */
 static int twohop_open(void) {
-    build_type_table();
     twohop_adapter_output = opal_output_open(NULL);
     opal_output_set_verbosity(twohop_adapter_output, twohop_adapter_params.verbose);
     char version[MPI_MAX_LIBRARY_VERSION_STRING];

@@ -7,67 +7,6 @@
 
 #include "reduce_types.h"
 
-#define INT_T(ctype) (sizeof(ctype) == 8 ? TWOHOP_I64 : sizeof(ctype) == 4 ? TWOHOP_I32 : \
-                      sizeof(ctype) == 2 ? TWOHOP_I16 : TWOHOP_I8)
-#define UINT_T(ctype) (sizeof(ctype) == 8 ? TWOHOP_U64 : sizeof(ctype) == 4 ? TWOHOP_U32 : \
-                       sizeof(ctype) == 2 ? TWOHOP_U16 : TWOHOP_U8)
-
-int twohop_mpi_map_type(MPI_Datatype d) {
-    /* Built on first use: MPICH's handles are compile-time constants, Open MPI's are addresses
-     * of its predefined objects; both are valid before MPI_Init. A datatype an MPI does not
-     * provide is MPI_DATATYPE_NULL and never matches (d is never NULL here). */
-    const struct { MPI_Datatype dt; int t; } table[] = {
-        {MPI_CHAR, TWOHOP_I8}, {MPI_SIGNED_CHAR, TWOHOP_I8}, {MPI_UNSIGNED_CHAR, TWOHOP_U8},
-        {MPI_BYTE, TWOHOP_BYTE}, {MPI_SHORT, TWOHOP_I16}, {MPI_UNSIGNED_SHORT, TWOHOP_U16},
-        {MPI_INT, TWOHOP_I32}, {MPI_UNSIGNED, TWOHOP_U32}, {MPI_LONG, INT_T(long)},
-        {MPI_UNSIGNED_LONG, UINT_T(unsigned long)}, {MPI_LONG_LONG_INT, TWOHOP_I64},
-        {MPI_UNSIGNED_LONG_LONG, TWOHOP_U64}, {MPI_INT8_T, TWOHOP_I8}, {MPI_UINT8_T, TWOHOP_U8},
-        {MPI_INT16_T, TWOHOP_I16}, {MPI_UINT16_T, TWOHOP_U16}, {MPI_INT32_T, TWOHOP_I32},
-        {MPI_UINT32_T, TWOHOP_U32}, {MPI_INT64_T, TWOHOP_I64}, {MPI_UINT64_T, TWOHOP_U64},
-        {MPI_AINT, INT_T(MPI_Aint)}, {MPI_OFFSET, INT_T(MPI_Offset)},
-        {MPI_COUNT, INT_T(MPI_Count)}, {MPI_FLOAT, TWOHOP_F32}, {MPI_DOUBLE, TWOHOP_F64},
-        {MPI_LONG_DOUBLE, TWOHOP_LDBL}, {MPI_C_BOOL, TWOHOP_BOOL},
-        {MPI_C_FLOAT_COMPLEX, TWOHOP_C32}, {MPI_C_DOUBLE_COMPLEX, TWOHOP_C64},
-        {MPI_C_LONG_DOUBLE_COMPLEX, TWOHOP_CLDBL}, {MPI_CXX_BOOL, TWOHOP_BOOL},
-        {MPI_CXX_FLOAT_COMPLEX, TWOHOP_C32}, {MPI_CXX_DOUBLE_COMPLEX, TWOHOP_C64},
-        {MPI_CXX_LONG_DOUBLE_COMPLEX, TWOHOP_CLDBL}, {MPI_FLOAT_INT, TWOHOP_FLOAT_INT},
-        {MPI_DOUBLE_INT, TWOHOP_DOUBLE_INT}, {MPI_LONG_INT, TWOHOP_LONG_INT},
-        {MPI_2INT, TWOHOP_2INT}, {MPI_SHORT_INT, TWOHOP_SHORT_INT},
-        {MPI_LONG_DOUBLE_INT, TWOHOP_LONG_DOUBLE_INT}, {MPI_INTEGER, TWOHOP_I32},
-        {MPI_REAL, TWOHOP_F32}, {MPI_DOUBLE_PRECISION, TWOHOP_F64}, {MPI_COMPLEX, TWOHOP_C32},
-        {MPI_DOUBLE_COMPLEX, TWOHOP_C64}, {MPI_2INTEGER, TWOHOP_2INT},
-#ifdef MPIX_C_FLOAT16 /* MPICH; Open MPI with the shortfloat extension */
-        {MPIX_C_FLOAT16, TWOHOP_F16},
-#endif
-#ifdef MPIX_BFLOAT16 /* MPICH 5.0 */
-        {MPIX_BFLOAT16, TWOHOP_BF16},
-#endif
-    };
-    if (d == MPI_DATATYPE_NULL) return -1;
-    for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); ++i) {
-        if (table[i].dt == d) return table[i].t;
-    }
-    return -1;
-}
-
-int twohop_mpi_map_op(MPI_Op op) {
-    const struct { MPI_Op op; int t; } table[] = {
-        {MPI_SUM, TWOHOP_OP_SUM}, {MPI_PROD, TWOHOP_OP_PROD}, {MPI_MAX, TWOHOP_OP_MAX},
-        {MPI_MIN, TWOHOP_OP_MIN}, {MPI_LAND, TWOHOP_OP_LAND}, {MPI_LOR, TWOHOP_OP_LOR},
-        {MPI_LXOR, TWOHOP_OP_LXOR}, {MPI_BAND, TWOHOP_OP_BAND}, {MPI_BOR, TWOHOP_OP_BOR},
-        {MPI_BXOR, TWOHOP_OP_BXOR}, {MPI_MAXLOC, TWOHOP_OP_MAXLOC},
-        {MPI_MINLOC, TWOHOP_OP_MINLOC},
-    };
-    for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); ++i) {
-        if (table[i].op == op) return table[i].t;
-    }
-    return -1;
-}
-
-bool twohop_mpi_op_is_predefined(MPI_Op op) {
-    return twohop_mpi_map_op(op) >= 0 || op == MPI_REPLACE || op == MPI_NO_OP;
-}
-
 /* The construction of t: counts, combiner and contents (types to release with contents_free).
  * False for predefined types and when MPI cannot tell. */
 typedef struct contents {

@@ -13,15 +13,10 @@
 
 #include <mpi.h>
 
-/* twohop element type (reduce_types.h twohop_dtype) of a predefined datatype; -1 if none. */
-int twohop_mpi_map_type(MPI_Datatype d);
+#include "mpi_handles.h"
 
-/* twohop op (twohop_op) of a predefined reduction op; -1 for any other op (user-defined ops,
- * MPI_REPLACE, MPI_NO_OP). */
-int twohop_mpi_map_op(MPI_Op op);
-
-/* True for the ops MPI predefines (including MPI_REPLACE and MPI_NO_OP). */
-bool twohop_mpi_op_is_predefined(MPI_Op op);
+/* The handle tables (twohop_mpi_map_type, _map_op, _op_is_predefined) are the front ends' shared
+ * coll/front/mpi_handles.h. */
 
 /*
  * The one predefined datatype the type signature of t consists of, or MPI_DATATYPE_NULL when it

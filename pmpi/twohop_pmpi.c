@@ -28,8 +28,10 @@
 #include <mpi.h>
 
 #include "env_params.h"
+#include "mpi_handles.h"
 #include "mpi_types.h"
 #include "pmpi_staging.h"
+#include "policy.h"
 #include "rc_settings.h"
 #include "twohop_core.h"
 
@@ -466,86 +468,59 @@ static int user_reduce(void *ctx, const void *in, void *inout, size_t count) {
 }
 
 /*
- * Fills *red for (dtype, op) or returns why twohop cannot serve it: from the op and the type
- * signature only. *base: the canonical element type for predefined ops (MPI_DATATYPE_NULL for
- * user ops, whose canonical layout is the packed signature); *elems_per_item: canonical elements
- * per user item.
- */
-/*
- * Half precision (include/twohop_half.h): the handles the header registered through
- * twohop_pmpi_register_half (the same rules as the Open MPI component's
- * mca_coll_twohop_register_half: datatype entries have op MPI_OP_NULL and half_op -1; kind 1
- * bfloat16, 2 binary16; half_op 0 sum, 1 prod, 2 max, 3 min). MPI_SUCCESS, MPI_ERR_ARG, or
+ * Half precision (include/twohop_half.h): the handles the header registers here, in the front
+ * ends' shared registry (coll/front/mpi_handles.h; the Open MPI component's
+ * mca_coll_twohop_register_half takes the same arguments). MPI_SUCCESS, MPI_ERR_ARG, or
  * MPI_ERR_NO_MEM when the 64 entries are taken (the handle then runs its host function).
  */
-static struct {
-    MPI_Datatype type;
-    MPI_Op op;
-    int kind, half_op;
-} half_table[64];
-static int half_table_len;
-static pthread_mutex_t half_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned long long half_calls; /* coll_twohop_half_calls */
 
 EXPORT int twohop_pmpi_register_half(MPI_Datatype type, MPI_Op op, int kind, int half_op) {
-    if ((kind != 1 && kind != 2) || half_op < -1 || half_op > 3 ||
-        (op == MPI_OP_NULL) != (half_op == -1)) {
-        return MPI_ERR_ARG;
-    }
-    pthread_mutex_lock(&half_lock);
-    const int n = __atomic_load_n(&half_table_len, __ATOMIC_ACQUIRE);
-    const int cap = (int)(sizeof(half_table) / sizeof(half_table[0]));
-    if (n < cap) {
-        half_table[n].type = type;
-        half_table[n].op = op;
-        half_table[n].kind = kind;
-        half_table[n].half_op = half_op;
-        __atomic_store_n(&half_table_len, n + 1, __ATOMIC_RELEASE);
-    }
-    pthread_mutex_unlock(&half_lock);
-    return n < cap ? MPI_SUCCESS : MPI_ERR_NO_MEM;
+    return twohop_half_register(type, op, kind, half_op);
 }
 
-/* The registered (type, op) pair's twohop type and op: 1 when both are registered. */
-static int half_lookup(MPI_Datatype dtype, MPI_Op op, twohop_dtype *t, twohop_op *o) {
-    static const twohop_op ops[4] = {TWOHOP_OP_SUM, TWOHOP_OP_PROD, TWOHOP_OP_MAX, TWOHOP_OP_MIN};
-    const int n = __atomic_load_n(&half_table_len, __ATOMIC_ACQUIRE);
-    int kind = 0;
-    for (int i = 0; i < n && !kind; ++i) {
-        if (half_table[i].op == MPI_OP_NULL && half_table[i].type == dtype) kind = half_table[i].kind;
-    }
-    for (int i = 0; kind && i < n; ++i) {
-        if (half_table[i].op == op && half_table[i].kind == kind) {
-            *t = kind == 1 ? TWOHOP_BF16 : TWOHOP_F16;
-            *o = ops[half_table[i].half_op];
-            return 1;
-        }
-    }
-    return 0;
-}
-
-static const char *classify(MPI_Datatype dtype, MPI_Op op, twohop_reduction *red,
-                            user_op_ctx *u, MPI_Datatype *base_out, uint64_t *elems_per_item) {
+/*
+ * The route of a call from the count, the op and the type signature (coll/front/policy.h,
+ * shared with the Open MPI adapter): *red filled for CALL_SERVE, *why for CALL_FALLBACK.
+ * *base: the canonical element type for predefined ops (the half type itself for a half pair;
+ * MPI_DATATYPE_NULL for user ops, whose canonical layout is the packed signature);
+ * *elems_per_item: canonical elements per user item.
+ */
+static call_route route_signature(int count, MPI_Datatype dtype, MPI_Op op, twohop_reduction *red,
+                                  user_op_ctx *u, MPI_Datatype *base_out, uint64_t *elems_per_item,
+                                  const char **why) {
+    twohop_type_facts f;
+    memset(&f, 0, sizeof(f));
     MPI_Count size = 0;
     PMPI_Type_size_x(dtype, &size);
-    memset(red, 0, sizeof(*red));
-    *base_out = MPI_DATATYPE_NULL;
-    *elems_per_item = 1;
-    twohop_dtype ht;
-    twohop_op ho;
-    if (half_lookup(dtype, op, &ht, &ho)) { /* twohop's kernels, the ops' own arithmetic */
-        red->dtype = ht;
-        red->op = ho;
-        red->item_bytes = 2;
-        red->elems_per_item = 1;
-        *base_out = dtype;
-        return NULL;
-    }
-    if (!twohop_mpi_op_is_predefined(op)) {
-        int commute = 0;
-        if (PMPI_Op_commutative(op, &commute) != MPI_SUCCESS || !commute) {
-            return "user-defined op is not commutative";
+    f.type_size = (uint64_t)size;
+    twohop_dtype ht = TWOHOP_F32;
+    twohop_op ho = TWOHOP_OP_SUM;
+    f.half_dtype = twohop_half_lookup(dtype, op, &ht, &ho) ? (int)ht : TWOHOP_NO_KERNEL;
+    f.half_op = (int)ho;
+    f.op_predefined = twohop_mpi_op_is_predefined(op);
+    f.op = twohop_mpi_map_op(op);
+    int commute = 0;
+    f.op_commutes = !f.op_predefined && PMPI_Op_commutative(op, &commute) == MPI_SUCCESS &&
+                    commute;
+    MPI_Datatype base = MPI_DATATYPE_NULL;
+    f.base = TWOHOP_NO_KERNEL;
+    if (count > 0 && size > 0 && f.half_dtype < 0 && f.op >= 0) {
+        base = twohop_mpi_single_type(dtype);
+        f.base = base == MPI_DATATYPE_NULL ? TWOHOP_BASE_MIXED : twohop_mpi_map_type(base);
+        if (base != MPI_DATATYPE_NULL) {
+            MPI_Aint blb, bext;
+            MPI_Count bsize = 0;
+            PMPI_Type_get_extent(base, &blb, &bext);
+            PMPI_Type_size_x(base, &bsize);
+            f.base_size = (uint64_t)bsize;
+            f.base_extent = (uint64_t)bext;
         }
+    }
+    const call_route route = twohop_route_signature(count, &f, red, elems_per_item, why);
+    *base_out = MPI_DATATYPE_NULL;
+    if (route != CALL_SERVE) return route;
+    if (red->op == TWOHOP_OP_USER) {
         MPI_Count lb, extent, tlb, textent;
         PMPI_Type_get_extent_x(dtype, &lb, &extent);
         PMPI_Type_get_true_extent_x(dtype, &tlb, &textent);
@@ -556,36 +531,12 @@ static const char *classify(MPI_Datatype dtype, MPI_Op op, twohop_reduction *red
         u->true_lb = (ptrdiff_t)tlb;
         u->true_extent = (uint64_t)textent;
         u->packed = 0; /* set per call */
-        red->op = TWOHOP_OP_USER;
-        red->item_bytes = (size_t)size;
-        red->elems_per_item = 1;
         red->user_fn = user_reduce;
         red->user_ctx = u;
-        return NULL;
+    } else {
+        *base_out = f.half_dtype >= 0 ? dtype : base;
     }
-    const int o = twohop_mpi_map_op(op);
-    if (o < 0) return "op is not one of the predefined reduction ops";
-    MPI_Datatype base = twohop_mpi_single_type(dtype);
-    if (base == MPI_DATATYPE_NULL) return "derived datatype mixes several predefined types";
-    const int t = twohop_mpi_map_type(base);
-    if (t < 0) return "no twohop kernel for this predefined datatype";
-    MPI_Aint blb, bext;
-    MPI_Count bsize = 0;
-    PMPI_Type_get_extent(base, &blb, &bext);
-    PMPI_Type_size_x(base, &bsize);
-    if ((size_t)bext != twohop_dtype_size((twohop_dtype)t) || bsize == 0 || size % bsize != 0) {
-        return "datatype layout differs from twohop's element layout";
-    }
-    if (!twohop_kernel_supported((twohop_dtype)t, (twohop_op)o)) {
-        return "MPI does not define this op for this datatype";
-    }
-    red->dtype = (twohop_dtype)t;
-    red->op = (twohop_op)o;
-    red->item_bytes = (size_t)bext;
-    red->elems_per_item = 1;
-    *base_out = base;
-    *elems_per_item = (uint64_t)(size / bsize);
-    return NULL;
+    return route;
 }
 
 /* Canonical: the user's buffer is the canonical array itself (the predefined base type, or
@@ -712,37 +663,41 @@ static int allreduce_impl(const void *sbuf, void *rbuf, int count, MPI_Datatype 
     const int kout = count > 0 ? twohop_memory_kind(rbuf) : TWOHOP_KIND_HOST;
     const int kin = in_place || count <= 0 ? kout : twohop_memory_kind(sbuf);
     pmpi_state *s = state_of(comm);
-    MPI_Count type_size = 0;
-    PMPI_Type_size_x(dtype, &type_size);
     twohop_reduction red;
     user_op_ctx uctx;
     MPI_Datatype base;
     uint64_t epi;
     const char *why = NULL;
-    if (count == 0 || type_size == 0) {
+    call_route route = route_signature(count, dtype, op, &red, &uctx, &base, &epi, &why);
+    if (route == CALL_EMPTY) {
         /* Nothing is read: no wait (none on a capturing stream, which it would end). */
         if (enqueue && !twohop_stream_capturing(stream) && twohop_stream_sync(stream) != 0) {
             return call_errhandler(comm, MPI_ERR_OTHER);
         }
         return MPI_SUCCESS; /* empty signature on every rank */
     }
-    why = classify(dtype, op, &red, &uctx, &base, &epi);
-    if (why == NULL && s == NULL) {
+    if (route == CALL_SERVE && s == NULL) {
         /* Every rank must take the same path: fail the call rather than fall back alone. */
         log_msg(0, "out of memory for the communicator's state");
         return call_errhandler(comm, MPI_ERR_NO_MEM);
     }
-    if (why == NULL && s->setup_state == 0) setup(s);
-    if (why == NULL && s->setup_state == -2) return call_errhandler(comm, MPI_ERR_OTHER);
-    if (why == NULL && s->setup_state < 0) why = "set-up failed";
-    if (why == NULL) why = twohop_comm_cannot_serve(s->core, (uint64_t)count, red.item_bytes);
-    const int canonical = why == NULL && is_canonical(dtype, base);
+    if (route == CALL_SERVE) {
+        if (s->setup_state == 0) setup(s);
+        route = twohop_route_setup(s->setup_state,
+                                   s->setup_state == 1
+                                       ? twohop_comm_cannot_serve(s->core, (uint64_t)count,
+                                                                  red.item_bytes)
+                                       : NULL,
+                                   &why);
+    }
+    if (route == CALL_BROKEN) return call_errhandler(comm, MPI_ERR_OTHER);
+    const int canonical = route == CALL_SERVE && is_canonical(dtype, base);
     /* A stream being captured into a CUDA graph: refused before any staging or wait on the
      * stream (either would invalidate the capture). A served call fails on every rank
      * (twohop_comm_refuse_capture); a call twohop does not serve fails here alone. */
     if (enqueue && twohop_stream_capturing(stream)) {
         char cwhy[256], msg[320];
-        if (why == NULL) {
+        if (route == CALL_SERVE) {
             (void)twohop_comm_refuse_capture(s->core, cwhy, sizeof(cwhy));
             s->error_reported = 1;
             snprintf(msg, sizeof(msg), "allreduce failed: %s", cwhy);
@@ -754,8 +709,7 @@ static int allreduce_impl(const void *sbuf, void *rbuf, int count, MPI_Datatype 
         log_msg(0, msg);
         return call_errhandler(comm, MPI_ERR_OTHER);
     }
-    if (enqueue && (why != NULL || kin != TWOHOP_KIND_CUDA || kout != TWOHOP_KIND_CUDA ||
-                    !canonical)) {
+    if (enqueue && !twohop_stays_on_stream(route, kin, kout, canonical)) {
         enqueue = 0; /* a blocking path: the inputs must be complete first */
         if (twohop_stream_sync(stream) != 0) {
             log_msg(0, "twohop_allreduce_enqueue: waiting for the application's CUDA stream "
@@ -763,7 +717,9 @@ static int allreduce_impl(const void *sbuf, void *rbuf, int count, MPI_Datatype 
             return call_errhandler(comm, MPI_ERR_OTHER);
         }
     }
-    if (why != NULL) return fallback(s, why, sbuf, rbuf, count, dtype, op, comm, kin, kout);
+    if (route == CALL_FALLBACK) {
+        return fallback(s, why, sbuf, rbuf, count, dtype, op, comm, kin, kout);
+    }
 
     const uint64_t n = (uint64_t)count * epi;
     const uint64_t canon_bytes = n * red.item_bytes;
