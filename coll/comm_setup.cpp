@@ -2,17 +2,21 @@
  * twohop_comm_setup: the collective set-up of one communicator, on its first allreduce. All
  * traffic is point-to-point with twohop's private tag (setup_exchange.h).
  *
- *   step  who            what
- *   1     all            allgather {magic, node key, process key, pid, pid namespace, shm
- *                        nonce, parameters, virtual-node parse result}
- *   2     all            topology and bounds; parameters valid and equal everywhere (decided
- *                        from the allgathered data: the same on every rank, no agreement)
- *   3     all            agree a twohop-private communicator id (comm_ids.h)
- *   4     node leaders   create the node's shm segment (exclusive, 0600)      -> agree
- *   5     other ranks    attach to it                                          -> agree
- *   6     node leaders   unlink its name (nothing left in /dev/shm afterwards)
- *   7     all (>1 node)  UCX worker -> agree; if any rank lacks a cached endpoint (agreed),
- *                        exchange worker addresses; connect rail neighbours -> agree
+ *   step  who            what                                                  function
+ *   1     all            allgather {magic, node key, process key, pid, pid     exchange_info
+ *                        namespace, shm nonce, parameters, virtual-node parse
+ *                        result, retained segments offered}
+ *   2     all            parameters valid and equal everywhere; topology and   check_agreement,
+ *                        bounds (decided from the allgathered data: the same   build_shape
+ *                        on every rank, no agreement)
+ *   3     all            agree a twohop-private communicator id (comm_ids.h)   agree_id
+ *   4     node leaders   create the node's shm segment (exclusive, 0600)       setup_shm
+ *                        -> agree (or reuse a retained one every rank kept)
+ *   5     other ranks    attach to it -> agree                                 setup_shm
+ *   6     node leaders   unlink its name (nothing left in /dev/shm afterwards) setup_shm
+ *   7     all (>1 node)  UCX worker -> agree; if any rank lacks a cached       start_rails
+ *                        endpoint (agreed), exchange worker addresses; connect
+ *                        rail neighbours -> agree
  * Each "agree" is a logical OR of failure flags, so every rank takes the same decision. A
  * failing exchange (a rank does not take part) is an error, not a fallback.
  */
@@ -210,15 +214,39 @@ void clean_stale_once(const twohop_host &h, uint64_t pidns) {
 
 } // namespace
 
-extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, int *resource,
-                                 char *why, size_t whylen) {
-    *out = nullptr;
-    *resource = 0;
-    const twohop_params &prm = *a->params;
-    // Owned here until set-up succeeds; every early return releases it.
-    std::unique_ptr<twohop_comm> owner(new twohop_comm());
-    twohop_comm *c = owner.get();
-    c->host = a->host;
+namespace {
+
+/* One set-up in progress: its inputs, the communicator being built, the exchange all its
+ * collective steps run over, and how a step reports its failure (fail: `why` for the caller). */
+struct Setup {
+    const twohop_comm_args *a;
+    const twohop_params &prm;
+    twohop_comm *c;
+    twohop::Exchange ex;
+    char *why;
+    size_t whylen;
+    int *resource;
+    std::string err; // the exchange's or a step's own message
+    uint64_t pidns = 0;
+    std::string vn_error;            // this rank's coll_twohop_virtual_nodes parse error
+    std::vector<RankInfo> info;      // step 1's allgather, indexed by communicator rank
+    std::vector<twohop::RetainedShm> retained; // segments this rank offered (step 1)
+    twohop::ShmLayout layout;        // this node's segment (steps 4-6)
+
+    Setup(const twohop_comm_args *args, twohop_comm *comm, char *w, size_t wl, int *res)
+        : a(args), prm(*args->params), c(comm),
+          ex(comm->host, args->rank, args->size, args->params->timeout), why(w), whylen(wl),
+          resource(res) {}
+    int fail(int rc, const std::string &msg) {
+        set_why(why, whylen, msg);
+        return rc;
+    }
+    int exchange_failed(int rc) { return fail(rc, err); }
+};
+
+/* The communicator's settings from the parameters (validated in check_agreement; on failure
+ * the communicator is destroyed unused). */
+void apply_params(twohop_comm *c, const twohop_params &prm) {
     c->timeout_s = prm.timeout;
     c->gpu_hop1.settle_timeout_s = prm.timeout;
     c->async_progress = prm.async_progress != 0;
@@ -241,92 +269,6 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
         }
     }
     c->verbose = prm.verbose;
-    twohop::Exchange ex(c->host, a->rank, a->size, prm.timeout);
-    std::string err;
-    auto exchange_failed = [&](int rc) {
-        set_why(why, whylen, err);
-        return rc;
-    };
-
-    // 0. Node key: the host, or the virtual node of the testing aid.
-    uint64_t node_key = a->host_key;
-    std::string vn_error;
-    if (a->virtual_nodes && a->virtual_nodes[0]) {
-        std::vector<long> node_of;
-        if (twohop::parse_virtual_nodes(a->virtual_nodes, a->world_size, &node_of, &vn_error)) {
-            node_key = (uint64_t(1) << 63) | static_cast<uint64_t>(node_of[a->world_rank]);
-        }
-    }
-    // 1. Exchange what each rank knows.
-    const uint64_t pidns = twohop::pid_namespace();
-    RankInfo me{};
-    me.magic = kMagic;
-    me.node_key = node_key;
-    me.proc_key = a->proc_key;
-    me.shm_nonce = twohop::random_nonce();
-    me.pidns = pidns;
-    me.pid = static_cast<int64_t>(getpid());
-    me.host_key = a->host_key;
-    me.vnode_shm = prm.vnode_shm_transport != 0 && a->virtual_nodes && a->virtual_nodes[0];
-    twohop::agreed_words(prm, me.agreed);
-    me.vn_error = !vn_error.empty();
-    me.gpu = gpu_node_capable() ? 1 : 0;
-    // Segments retained from freed communicators: taken out of the cache (a concurrent set-up
-    // cannot offer them too) and offered; those not reused are unmapped below.
-    std::vector<twohop::RetainedShm> retained = twohop::ShmCache::process().take();
-    for (size_t i = 0; i < retained.size() && i < size_t(twohop::kShmOffers); ++i) {
-        me.offer[i] = retained[i].offer;
-    }
-    std::vector<RankInfo> info(a->size);
-    int rc = ex.allgather(&me, info.data(), sizeof(RankInfo), &err);
-    if (rc != TWOHOP_OK) return exchange_failed(rc);
-
-    // 2. Decisions from the allgathered data only: the same on every rank.
-    for (int r = 0; r < a->size; ++r) {
-        if (info[r].magic != kMagic) {
-            set_why(why, whylen, "rank " + std::to_string(r) + " runs another twohop version");
-            return TWOHOP_ERR_MISMATCH;
-        }
-        if (info[r].vn_error) {
-            set_why(why, whylen, r == a->rank ? vn_error
-                                              : "bad coll_twohop_virtual_nodes on rank " +
-                                                    std::to_string(r));
-            return TWOHOP_ERR_BAD_PARAM;
-        }
-    }
-    for (int r = 1; r < a->size; ++r) {
-        // Every rank reads the same allgathered words: all fail alike, naming the parameter.
-        std::string differs = twohop::agreed_mismatch(info[0].agreed, info[r].agreed, 0, r);
-        if (differs.empty() && info[r].vnode_shm != info[0].vnode_shm) {
-            differs = "coll_twohop_vnode_shm_transport (with coll_twohop_virtual_nodes) differs "
-                      "between ranks 0 and " + std::to_string(r);
-        }
-        if (!differs.empty()) {
-            set_why(why, whylen, differs);
-            return TWOHOP_ERR_BAD_PARAM;
-        }
-    }
-    std::string bad = twohop::param_range_error(prm);
-    if (!bad.empty()) {
-        set_why(why, whylen, bad);
-        return TWOHOP_ERR_BAD_PARAM;
-    }
-    if (prm.posted_wake_spin_us > 0 && prm.posted_wake_quantile > 0 && a->rank == 0) {
-        c->host.log(1, ("coll_twohop_posted_wake_spin_us " +
-                        std::to_string(prm.posted_wake_spin_us) +
-                        " has no effect while coll_twohop_posted_wake_quantile is " +
-                        std::to_string(prm.posted_wake_quantile) + " (set that to 0 for the "
-                        "spin target)").c_str());
-    }
-    std::vector<uint64_t> keys(a->size);
-    for (int r = 0; r < a->size; ++r) keys[r] = info[r].node_key;
-    c->topo = twohop::build_topology(keys, a->rank);
-    if (c->topo.n_shards() > kMaxShards || c->topo.n_nodes() > kMaxNodes) {
-        set_why(why, whylen, "more than " + std::to_string(kMaxShards) + " ranks on a node or " +
-                                 std::to_string(kMaxNodes) +
-                                 " nodes (hop-2 tag fields would overflow)");
-        return TWOHOP_ERR_BAD_PARAM;
-    }
     c->depth = prm.pipeline_depth;
     c->post_batch = prm.post_batch;
     c->latency_hop2 = prm.latency_hop2;
@@ -343,43 +285,140 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
     c->slot_bytes = twohop::ShmLayout::align_up(prm.segment_bytes);
     c->small_bytes = prm.small_msg_bytes;
     c->stream_bytes = prm.stream_copy_bytes;
+}
+
+/* Step 1: what each rank knows, allgathered into s.info (with the node key: the host, or the
+ * virtual node of the testing aid; and the retained segments this rank offers). */
+int exchange_info(Setup &s) {
+    const twohop_comm_args *a = s.a;
+    uint64_t node_key = a->host_key;
+    if (a->virtual_nodes && a->virtual_nodes[0]) {
+        std::vector<long> node_of;
+        if (twohop::parse_virtual_nodes(a->virtual_nodes, a->world_size, &node_of, &s.vn_error)) {
+            node_key = (uint64_t(1) << 63) | static_cast<uint64_t>(node_of[a->world_rank]);
+        }
+    }
+    s.pidns = twohop::pid_namespace();
+    RankInfo me{};
+    me.magic = kMagic;
+    me.node_key = node_key;
+    me.proc_key = a->proc_key;
+    me.shm_nonce = twohop::random_nonce();
+    me.pidns = s.pidns;
+    me.pid = static_cast<int64_t>(getpid());
+    me.host_key = a->host_key;
+    me.vnode_shm = s.prm.vnode_shm_transport != 0 && a->virtual_nodes && a->virtual_nodes[0];
+    twohop::agreed_words(s.prm, me.agreed);
+    me.vn_error = !s.vn_error.empty();
+    me.gpu = gpu_node_capable() ? 1 : 0;
+    // Segments retained from freed communicators: taken out of the cache (a concurrent set-up
+    // cannot offer them too) and offered; those not reused are unmapped in setup_shm.
+    s.retained = twohop::ShmCache::process().take();
+    for (size_t i = 0; i < s.retained.size() && i < size_t(twohop::kShmOffers); ++i) {
+        me.offer[i] = s.retained[i].offer;
+    }
+    s.info.resize(a->size);
+    const int rc = s.ex.allgather(&me, s.info.data(), sizeof(RankInfo), &s.err);
+    return rc != TWOHOP_OK ? s.exchange_failed(rc) : TWOHOP_OK;
+}
+
+/* Step 2, the checks: one twohop version, valid and equal parameters everywhere -- decided
+ * from the allgathered data only, so every rank fails alike, naming the parameter. */
+int check_agreement(Setup &s) {
+    const twohop_comm_args *a = s.a;
+    for (int r = 0; r < a->size; ++r) {
+        if (s.info[r].magic != kMagic) {
+            return s.fail(TWOHOP_ERR_MISMATCH,
+                          "rank " + std::to_string(r) + " runs another twohop version");
+        }
+        if (s.info[r].vn_error) {
+            return s.fail(TWOHOP_ERR_BAD_PARAM,
+                          r == a->rank ? s.vn_error
+                                       : "bad coll_twohop_virtual_nodes on rank " +
+                                             std::to_string(r));
+        }
+    }
+    for (int r = 1; r < a->size; ++r) {
+        std::string differs = twohop::agreed_mismatch(s.info[0].agreed, s.info[r].agreed, 0, r);
+        if (differs.empty() && s.info[r].vnode_shm != s.info[0].vnode_shm) {
+            differs = "coll_twohop_vnode_shm_transport (with coll_twohop_virtual_nodes) differs "
+                      "between ranks 0 and " + std::to_string(r);
+        }
+        if (!differs.empty()) return s.fail(TWOHOP_ERR_BAD_PARAM, differs);
+    }
+    const std::string bad = twohop::param_range_error(s.prm);
+    if (!bad.empty()) return s.fail(TWOHOP_ERR_BAD_PARAM, bad);
+    if (s.prm.posted_wake_spin_us > 0 && s.prm.posted_wake_quantile > 0 && a->rank == 0) {
+        s.c->host.log(1, ("coll_twohop_posted_wake_spin_us " +
+                          std::to_string(s.prm.posted_wake_spin_us) +
+                          " has no effect while coll_twohop_posted_wake_quantile is " +
+                          std::to_string(s.prm.posted_wake_quantile) + " (set that to 0 for the "
+                          "spin target)").c_str());
+    }
+    return TWOHOP_OK;
+}
+
+/* Step 2, the communicator's shape: topology and its bounds, the GPU rounds, the transport
+ * between virtual nodes, and the local peers whose liveness this rank checks. */
+int build_shape(Setup &s) {
+    const twohop_comm_args *a = s.a;
+    twohop_comm *c = s.c;
+    std::vector<uint64_t> keys(a->size);
+    for (int r = 0; r < a->size; ++r) keys[r] = s.info[r].node_key;
+    c->topo = twohop::build_topology(keys, a->rank);
+    if (c->topo.n_shards() > kMaxShards || c->topo.n_nodes() > kMaxNodes) {
+        return s.fail(TWOHOP_ERR_BAD_PARAM,
+                      "more than " + std::to_string(kMaxShards) + " ranks on a node or " +
+                          std::to_string(kMaxNodes) + " nodes (hop-2 tag fields would overflow)");
+    }
     c->my_shards = c->topo.my_shards();
     // (n_shards is the largest node's rank count: the same on every rank, so every node runs
     // the rounds, and consumes their sequence number, alike.)
     c->gpu_round = c->topo.n_shards() <= TWOHOP_GPU_MAX_RANKS;
-    for (int r = 0; r < a->size; ++r) c->gpu_round = c->gpu_round && info[r].gpu;
+    for (int r = 0; r < a->size; ++r) c->gpu_round = c->gpu_round && s.info[r].gpu;
     // Local peers whose liveness can be checked: same pid namespace as mine. With hop 2 over
     // shared memory between virtual nodes (no UCX peer-failure handling), every rank of the
     // communicator: they share the host.
-    c->vnode_shm = info[0].vnode_shm != 0;
+    c->vnode_shm = s.info[0].vnode_shm != 0;
     if (c->vnode_shm) {
         for (int r = 0; r < a->size; ++r) {
-            if (info[r].host_key != info[0].host_key) {
-                set_why(why, whylen, "coll_twohop_vnode_shm_transport needs every rank on one "
-                                     "host (testing aid for virtual nodes)");
-                return TWOHOP_ERR_BAD_PARAM;
+            if (s.info[r].host_key != s.info[0].host_key) {
+                return s.fail(TWOHOP_ERR_BAD_PARAM,
+                              "coll_twohop_vnode_shm_transport needs every rank on one host "
+                              "(testing aid for virtual nodes)");
             }
         }
     }
     for (int r = 0; r < a->size; ++r) {
         const bool watched = c->vnode_shm ? r != a->rank
                                           : c->topo.node_of[r] == c->topo.my_node;
-        if (watched) c->local_pids.push_back(info[r].pidns == pidns && pidns != 0 ? info[r].pid : 0);
+        if (watched) {
+            c->local_pids.push_back(s.info[r].pidns == s.pidns && s.pidns != 0 ? s.info[r].pid
+                                                                               : 0);
+        }
     }
+    return TWOHOP_OK;
+}
 
-    // 3. The private communicator id for hop-2 tags.
-    rc = twohop::agree_comm_id(ex, twohop::process_comm_ids(), &c->comm_id, &err);
+/* Step 3: the private communicator id for hop-2 tags. */
+int agree_id(Setup &s) {
+    const int rc = twohop::agree_comm_id(s.ex, twohop::process_comm_ids(), &s.c->comm_id, &s.err);
     if (rc == TWOHOP_ERR_NO_MEMORY) {
-        *resource = 1;
-        set_why(why, whylen, "no free twohop communicator id (more than " +
-                                 std::to_string(twohop::kMaxCommIds) + " live communicators)");
-        return rc;
+        *s.resource = 1;
+        return s.fail(rc, "no free twohop communicator id (more than " +
+                              std::to_string(twohop::kMaxCommIds) + " live communicators)");
     }
-    if (rc != TWOHOP_OK) return exchange_failed(rc);
-    c->id_reserved = true;
+    if (rc != TWOHOP_OK) return s.exchange_failed(rc);
+    s.c->id_reserved = true;
+    return TWOHOP_OK;
+}
 
-    // 4-6. The node's shared-memory segment: a retained one every local rank kept (decided for
-    // every node from the allgathered offers, so all ranks agree), else a new one.
+/* Steps 4-6: the node's shared-memory segment -- a retained one every local rank kept
+ * (decided for every node from the allgathered offers, so all ranks agree), else a new one --
+ * and the sequence numbers' start above every reused segment's. */
+int setup_shm(Setup &s) {
+    twohop_comm *c = s.c;
+    const std::vector<RankInfo> &info = s.info;
     auto layout_of = [&](int node) {
         twohop::ShmLayout l;
         l.local_size = static_cast<int>(c->topo.node_ranks[node].size());
@@ -387,7 +426,7 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
         l.slot_bytes = c->slot_bytes;
         return l;
     };
-    const twohop::ShmLayout layout = layout_of(c->topo.my_node);
+    s.layout = layout_of(c->topo.my_node);
     uint64_t my_token = 0, seq_base = 0;
     bool all_reuse = true;
     for (int n = 0; n < c->topo.n_nodes(); ++n) {
@@ -410,40 +449,41 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
             c->shm_shape = shape;
         }
     }
-    for (auto &r : retained) {
+    for (auto &r : s.retained) {
         if (my_token != 0 && r.offer.token == my_token && r.shm) c->shm = std::move(*r.shm);
     }
-    retained.clear(); // the offers not reused: unmapped now, before a new segment is created
+    s.retained.clear(); // the offers not reused: unmapped now, before a new segment is created
     const bool reuse = my_token != 0 && c->shm.mapped();
     const int leader = c->topo.node_ranks[c->topo.my_node][0];
     const RankInfo &li = info[leader];
     const std::string name = twohop::shm_name(li.pidns, li.pid, li.shm_nonce);
     const bool is_leader = c->topo.local_rank == 0;
-    int failed = 0, agreed = 0;
-    std::string local_err;
     if (!all_reuse) { // some node creates: two agreement rounds over the whole communicator
-        if (is_leader && !reuse) clean_stale_once(c->host, pidns);
-        failed = is_leader && !reuse ? !c->shm.create(name, layout, &err) : 0;
-        local_err = err;
-        if ((rc = ex.agree_or(failed, &agreed, &err)) != TWOHOP_OK) return exchange_failed(rc);
+        if (is_leader && !reuse) clean_stale_once(c->host, s.pidns);
+        int failed = is_leader && !reuse ? !c->shm.create(name, s.layout, &s.err) : 0;
+        std::string local_err = s.err;
+        int agreed = 0;
+        int rc = s.ex.agree_or(failed, &agreed, &s.err);
+        if (rc != TWOHOP_OK) return s.exchange_failed(rc);
         if (agreed) {
-            *resource = 1;
-            set_why(why, whylen, failed ? local_err
-                                        : "shared-memory segment creation failed on a node leader");
-            return TWOHOP_ERR_NO_MEMORY;
+            *s.resource = 1;
+            return s.fail(TWOHOP_ERR_NO_MEMORY,
+                          failed ? local_err
+                                 : "shared-memory segment creation failed on a node leader");
         }
-        failed = is_leader || reuse ? 0 : !c->shm.attach(name, layout, &err);
-        local_err = err;
-        if ((rc = ex.agree_or(failed, &agreed, &err)) != TWOHOP_OK) return exchange_failed(rc);
+        failed = is_leader || reuse ? 0 : !c->shm.attach(name, s.layout, &s.err);
+        local_err = s.err;
+        if ((rc = s.ex.agree_or(failed, &agreed, &s.err)) != TWOHOP_OK) {
+            return s.exchange_failed(rc);
+        }
         if (agreed) {
-            *resource = 1;
-            set_why(why, whylen, failed ? local_err : "shared-memory attach failed on another rank");
-            return TWOHOP_ERR_NO_MEMORY;
+            *s.resource = 1;
+            return s.fail(TWOHOP_ERR_NO_MEMORY,
+                          failed ? local_err : "shared-memory attach failed on another rank");
         }
         c->shm.unlink();
     } else if (!reuse) { // every rank agreed this node reuses, so this rank kept it: unreachable
-        set_why(why, whylen, "a retained shared-memory segment vanished");
-        return TWOHOP_ERR_NO_MEMORY;
+        return s.fail(TWOHOP_ERR_NO_MEMORY, "a retained shared-memory segment vanished");
     }
     c->shm_token = twohop::shm_token(c->shm.name());
     c->seq.start_at(seq_base);
@@ -462,61 +502,88 @@ extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, i
         f.desc_seq.store(seq_base, std::memory_order_release);
         f.gathered.store(seq_base, std::memory_order_release);
     }
+    return TWOHOP_OK;
+}
 
-    // 7. Rails.
-    if (c->topo.n_nodes() > 1) {
-        twohop::ucx::ConfigPairs config;
-        err.clear();
-        rc = ucx_config(c, prm, &config, &err);
-        // The proxy thread's progress of calls in flight shares the worker with the calling
-        // thread: serialise UCX calls then too.
-        if (rc == TWOHOP_OK) {
-            rc = twohop::ucx::Worker::instance(config,
-                                               a->thread_multiple != 0 || c->async_progress,
-                                               !c->vnode_shm, &c->worker, &err);
-        }
-        local_err = err;
-        int xrc = ex.agree_or(rc != TWOHOP_OK, &agreed, &err);
-        if (xrc != TWOHOP_OK) return exchange_failed(xrc);
-        if (agreed) {
-            set_why(why, whylen, rc != TWOHOP_OK ? local_err : "UCX start-up failed on another rank");
-            return TWOHOP_ERR_TRANSPORT;
-        }
-        err.clear();
-        xrc = connect_rails(c, ex, info, &agreed, &err);
-        if (xrc != TWOHOP_OK) return exchange_failed(xrc);
-        if (agreed) {
-            set_why(why, whylen, err);
-            return TWOHOP_ERR_TRANSPORT;
-        }
+/* Step 7 (more than one node): the UCX worker, then the rails' endpoints; each agreed. */
+int start_rails(Setup &s) {
+    twohop_comm *c = s.c;
+    if (c->topo.n_nodes() <= 1) return TWOHOP_OK;
+    twohop::ucx::ConfigPairs config;
+    s.err.clear();
+    int rc = ucx_config(c, s.prm, &config, &s.err);
+    // The proxy thread's progress of calls in flight shares the worker with the calling
+    // thread: serialise UCX calls then too.
+    if (rc == TWOHOP_OK) {
+        rc = twohop::ucx::Worker::instance(config, s.a->thread_multiple != 0 || c->async_progress,
+                                           !c->vnode_shm, &c->worker, &s.err);
     }
-    if (c->host.log) {
-        char msg[512];
-        std::snprintf(msg, sizeof(msg),
-                      "comm set up: rank %d of %d, %d node(s), node %d local rank %d of %d, "
-                      "%d shard(s), id %u, shm %llu bytes%s%s%s%s%s",
-                      a->rank, a->size, c->topo.n_nodes(), c->topo.my_node, c->topo.local_rank,
-                      c->topo.local_size(), c->topo.n_shards(), c->comm_id,
-                      static_cast<unsigned long long>(layout.total_bytes()),
-                      c->shm_reused ? " (reused from a freed communicator)" : "",
-                      c->gpu_round ? ", GPU path for device buffers" : "",
-                      c->topo.n_nodes() < 2 ? ""
-                      : c->latency_hop2 == 0 ? ", latency path between nodes: recursive doubling"
-                                             : ", latency path between nodes: ring",
-                      c->topo.n_nodes() < 2 ? ""
-                      : c->hop2_alg == 0    ? ", pipeline between nodes: ring"
-                      : c->hop2_alg == 1    ? ", pipeline between nodes: Rabenseifner"
-                      : c->topo.n_nodes() >= c->rhd_min_nodes
-                          ? ", pipeline between nodes: Rabenseifner for small shards, ring above"
-                          : ", pipeline between nodes: ring (too few nodes for Rabenseifner)",
-                      c->worker == nullptr ? ""
-                      : c->worker->cuda_memory()
-                          ? ", UCX reports CUDA memory support (hop 2 still runs from host "
-                            "shared memory)"
-                          : ", UCX without CUDA memory support (hop 2 runs from host shared "
-                            "memory)");
-        c->host.log(2, msg);
+    const std::string local_err = s.err;
+    int agreed = 0;
+    int xrc = s.ex.agree_or(rc != TWOHOP_OK, &agreed, &s.err);
+    if (xrc != TWOHOP_OK) return s.exchange_failed(xrc);
+    if (agreed) {
+        return s.fail(TWOHOP_ERR_TRANSPORT,
+                      rc != TWOHOP_OK ? local_err : "UCX start-up failed on another rank");
     }
+    s.err.clear();
+    xrc = connect_rails(c, s.ex, s.info, &agreed, &s.err);
+    if (xrc != TWOHOP_OK) return s.exchange_failed(xrc);
+    if (agreed) return s.fail(TWOHOP_ERR_TRANSPORT, s.err);
+    return TWOHOP_OK;
+}
+
+/* The set-up's outcome at verbose 2. */
+void log_setup(const Setup &s) {
+    const twohop_comm *c = s.c;
+    if (!c->host.log) return;
+    char msg[512];
+    std::snprintf(msg, sizeof(msg),
+                  "comm set up: rank %d of %d, %d node(s), node %d local rank %d of %d, "
+                  "%d shard(s), id %u, shm %llu bytes%s%s%s%s%s",
+                  s.a->rank, s.a->size, c->topo.n_nodes(), c->topo.my_node, c->topo.local_rank,
+                  c->topo.local_size(), c->topo.n_shards(), c->comm_id,
+                  static_cast<unsigned long long>(s.layout.total_bytes()),
+                  c->shm_reused ? " (reused from a freed communicator)" : "",
+                  c->gpu_round ? ", GPU path for device buffers" : "",
+                  c->topo.n_nodes() < 2 ? ""
+                  : c->latency_hop2 == 0 ? ", latency path between nodes: recursive doubling"
+                                         : ", latency path between nodes: ring",
+                  c->topo.n_nodes() < 2 ? ""
+                  : c->hop2_alg == 0    ? ", pipeline between nodes: ring"
+                  : c->hop2_alg == 1    ? ", pipeline between nodes: Rabenseifner"
+                  : c->topo.n_nodes() >= c->rhd_min_nodes
+                      ? ", pipeline between nodes: Rabenseifner for small shards, ring above"
+                      : ", pipeline between nodes: ring (too few nodes for Rabenseifner)",
+                  c->worker == nullptr ? ""
+                  : c->worker->cuda_memory()
+                      ? ", UCX reports CUDA memory support (hop 2 still runs from host shared "
+                        "memory)"
+                      : ", UCX without CUDA memory support (hop 2 runs from host shared "
+                        "memory)");
+    c->host.log(2, msg);
+}
+
+} // namespace
+
+extern "C" int twohop_comm_setup(const twohop_comm_args *a, twohop_comm **out, int *resource,
+                                 char *why, size_t whylen) {
+    *out = nullptr;
+    *resource = 0;
+    // Owned here until set-up succeeds; every early return releases it.
+    std::unique_ptr<twohop_comm> owner(new twohop_comm());
+    twohop_comm *c = owner.get();
+    c->host = a->host;
+    apply_params(c, *a->params);
+    Setup s(a, c, why, whylen, resource);
+    int rc;
+    if ((rc = exchange_info(s)) != TWOHOP_OK) return rc;       // 1
+    if ((rc = check_agreement(s)) != TWOHOP_OK) return rc;     // 2
+    if ((rc = build_shape(s)) != TWOHOP_OK) return rc;         // 2
+    if ((rc = agree_id(s)) != TWOHOP_OK) return rc;            // 3
+    if ((rc = setup_shm(s)) != TWOHOP_OK) return rc;           // 4-6
+    if ((rc = start_rails(s)) != TWOHOP_OK) return rc;         // 7
+    log_setup(s);
     *out = owner.release();
     return TWOHOP_OK;
 }
