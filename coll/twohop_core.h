@@ -1,6 +1,7 @@
 /*
- * The plain C interface between the Open MPI adapter (twohop_component.c, the only file that
- * includes Open MPI internal headers) and the C++ core. Nothing here throws; every function
+ * The plain C interface between the front ends -- the Open MPI adapter (coll/ompi/, the only
+ * files that include Open MPI internal headers) and the PMPI library (pmpi/) -- and the C++
+ * core. Nothing here throws; every function
  * returns 0 (TWOHOP_OK) or a twohop_status code, and writes a human-readable reason where a
  * `why` buffer is given.
  */

@@ -1,7 +1,7 @@
 /*
  * The front ends' one policy: whether twohop serves an allreduce, and as which reduction. The
- * Open MPI adapter (coll/twohop_component.c, coll/twohop_requests.c) and the PMPI library
- * (pmpi/) read their MPI's datatype and op into twohop_type_facts, each through its own API
+ * Open MPI adapter (coll/ompi/) and the PMPI library (pmpi/) read their MPI's datatype and op
+ * into twohop_type_facts, each through its own API
  * (Open MPI's internals; the MPI standard's envelope and contents), and both decide here, from
  * those facts, the count and the set-up's agreed outcome. Pure C, no MPI: unit-tested
  * (tests/test_policy.cpp).

@@ -1,4 +1,4 @@
-/* Proves rc_api.h compiles as plain C and is usable from C (as coll/twohop_component.c will). */
+/* Proves rc_api.h compiles as plain C and is usable from C (as the Open MPI adapter, coll/ompi/, does). */
 #include "rc_api.h"
 
 #include <string.h>

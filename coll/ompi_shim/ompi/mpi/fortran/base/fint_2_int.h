@@ -1,7 +1,7 @@
 /*
  * Stand-in for an Open MPI header that ompi/op/op.h includes but neither Debian nor upstream's
  * devel-headers install (Open MPI 4.1 and 5.0 alike). Fortran INTEGER and C int are both 4 bytes in the supported builds,
- * so the conversions are identities (checked at compile time in twohop_component.c).
+ * so the conversions are identities (checked at compile time in coll/ompi/twohop_component.c).
  */
 #ifndef TWOHOP_SHIM_FINT_2_INT_H
 #define TWOHOP_SHIM_FINT_2_INT_H

@@ -1,8 +1,13 @@
 /*
- * The Open MPI adapter's own interface between its two files: twohop_component.c (component,
- * parameters, counters, module, datatypes, the blocking call) and twohop_requests.c
- * (MPI_Iallreduce and persistent allreduce requests). Both include Open MPI internal headers;
- * nothing else in twohop does.
+ * The Open MPI adapter's own interface between its files (coll/ompi/, the only files of twohop
+ * that include Open MPI internal headers):
+ *   twohop_component.c  the component: structure, MCA parameters, performance variables,
+ *                       open / close / init_query
+ *   twohop_module.c     the module: query, enable, host services, the communicator's set-up
+ *   twohop_datatype.c   datatypes and ops -> the policy's facts; buffer views, staging, user
+ *                       ops, half-precision registration, the single-rank copy
+ *   twohop_allreduce.c  the blocking and stream-ordered calls: route, fallback, the core call
+ *   twohop_requests.c   MPI_Iallreduce and persistent allreduce requests
  */
 #ifndef TWOHOP_ADAPTER_H
 #define TWOHOP_ADAPTER_H
@@ -11,6 +16,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <pthread.h>
 #include <stdint.h>
 
 #include "mpi.h"
@@ -23,6 +29,21 @@
 #include "mpi_handles.h"
 #include "policy.h"
 #include "twohop_core.h"
+
+/*
+ * Open MPI 4.1 may finish a communicator's activation -- coll selection, so twohop_comm_query
+ * and module_enable -- inside a request callback run by whichever thread drives progress, and
+ * hands the communicator to the creating thread through its own (uninstrumented) request
+ * completion. Under ThreadSanitizer that happens-before edge is made explicit on the module.
+ */
+#if defined(__SANITIZE_THREAD__)
+#include <sanitizer/tsan_interface.h>
+#define TWOHOP_HANDOFF_RELEASE(p) __tsan_release(p)
+#define TWOHOP_HANDOFF_ACQUIRE(p) __tsan_acquire(p)
+#else
+#define TWOHOP_HANDOFF_RELEASE(p) ((void)(p))
+#define TWOHOP_HANDOFF_ACQUIRE(p) ((void)(p))
+#endif
 
 typedef struct twohop_module {
     mca_coll_base_module_t super;
@@ -121,30 +142,65 @@ typedef struct call_args {
 extern struct twohop_params twohop_adapter_params;
 extern int twohop_adapter_output;
 extern unsigned long long twohop_served_calls, twohop_fallback_calls;
+/* MPI_THREAD_MULTIPLE was granted, as told at init_query (recorded then: Open MPI 4.1's
+ * MPI_T_init_thread() later overwrites the process's thread level with the level asked for
+ * MPI_T); the thread that initialised MPI. */
+extern bool twohop_mpi_threads;
+extern pthread_t twohop_mpi_init_thread;
+
+/* twohop_module.c */
+/* comm_query: a twohop module for comm (NULL: not selected), its priority in *priority. */
+mca_coll_base_module_t *twohop_comm_query(ompi_communicator_t *comm, int *priority);
+/* Calls of Open MPI's progress from a foreign thread below MPI_THREAD_MULTIPLE, refused (pvar
+ * coll_twohop_foreign_thread_progress: must stay 0). */
+extern unsigned long long twohop_foreign_progress_calls;
+/* "comm NAME (twohop id N)" into buf (len bytes), for messages; returns buf. */
+const char *twohop_comm_label(const twohop_module *m, char *buf, size_t len);
+/* The communicator's set-up (steps of comm_setup.cpp), blocking unless run in a fiber; sets
+ * *state to 1, -1 or -2 (m->setup_state, or where a deferred set-up keeps it until the calls
+ * that waited are started) and reports failures. Returns a twohop_status. */
+int twohop_module_setup(twohop_module *m, int *state);
+
+/* twohop_allreduce.c */
+/* The module's allreduce (served, or handed to the previous module) and its single-rank form
+ * (a copy that respects memory kinds). MPI error codes. */
+int twohop_allreduce(const void *sbuf, void *rbuf, int count, ompi_datatype_t *dtype,
+                     ompi_op_t *op, ompi_communicator_t *comm, mca_coll_base_module_t *module);
+int twohop_allreduce_self(const void *sbuf, void *rbuf, int count, ompi_datatype_t *dtype,
+                          ompi_op_t *op, ompi_communicator_t *comm,
+                          mca_coll_base_module_t *module);
 /* Serve or hand back, from the op, the type signature and the agreed set-up only. A set-up
  * not yet run runs here (blocking) unless `defer`: then CALL_DEFER; a set-up running in a fiber
  * gives CALL_DEFER with `defer`, and without it is driven to its end here first (with the calls
  * waiting for it started, in order: twohop_deferred_setup_finish). */
 call_route route_call(twohop_module *m, int count, ompi_datatype_t *dtype, ompi_op_t *op,
                       call_args *a, const char **why, bool defer);
-/* route_call's two halves: from the op and the type signature (CALL_EMPTY, CALL_FALLBACK with
- * *why, or CALL_SERVE: servable, a->red and the layout filled), then from the set-up's outcome
- * `state` (1, -1 or -2, as setup_state). */
-call_route route_signature(int count, ompi_datatype_t *dtype, ompi_op_t *op, call_args *a,
-                           const char **why);
+/* route_call's second half: from the set-up's outcome `state` (1, -1 or -2, as setup_state). */
 call_route route_setup(twohop_module *m, int count, const call_args *a, const char **why,
                        int state);
-/* The communicator's set-up (steps of comm_setup.cpp), blocking unless run in a fiber; sets
- * *state to 1, -1 or -2 (m->setup_state, or where a deferred set-up keeps it until the calls
- * that waited are started) and reports failures. Returns a twohop_status. */
-int twohop_module_setup(twohop_module *m, int *state);
-int prepare_buffers(call_args *a, const void *sbuf, void *rbuf, int count,
-                    ompi_datatype_t *dtype);
-int finish_buffers(call_args *a, int rc);
+/* Verbose output and failure reports of calls; twohop_status -> MPI error code. */
 void log_call(twohop_module *m, const char *form, const call_args *a, bool in_place);
 void log_fallback(twohop_module *m, const char *why, bool staged);
 void report_failure(twohop_module *m, const char *why);
 int to_mpi_error(int rc);
+
+/* twohop_datatype.c */
+/* Served calls of half-precision pairs (pvar coll_twohop_half_calls). */
+extern unsigned long long twohop_half_calls;
+/* route_call's first half: from the op and the type signature (CALL_EMPTY, CALL_FALLBACK with
+ * *why, or CALL_SERVE: servable, a->red and the layout filled). */
+call_route route_signature(int count, ompi_datatype_t *dtype, ompi_op_t *op, call_args *a,
+                           const char **why);
+/* Whether `count` items of dtype are the canonical array of `base` elements (base_size bytes
+ * at base_extent strides) at the buffer's address (base NULL: the packed signature). */
+bool layout_is_canonical(ompi_datatype_t *dtype, size_t count, ompi_datatype_t *base,
+                         size_t base_size, size_t base_extent);
+/* This rank's views of its buffers for a served call (fills a->in/out, a->n; stages memory of
+ * another kind in a non-canonical layout) and their end (staged output copied back, copies
+ * freed). twohop_status. */
+int prepare_buffers(call_args *a, const void *sbuf, void *rbuf, int count,
+                    ompi_datatype_t *dtype);
+int finish_buffers(call_args *a, int rc);
 /* The predefined type of the signature of count items of dtype (NULL: several), *n of it. */
 ompi_datatype_t *signature_base(ompi_datatype_t *dtype, int count, uint64_t *n);
 /* Allreduce on a single-rank communicator (input copied to output, memory kinds respected). */
@@ -156,6 +212,8 @@ int stage_copy_in(staging *st, int kind);
 int stage_in(staging *st, int kind, const char *buf, ompi_datatype_t *dtype, size_t count);
 char *staged_buf(const staging *st);
 int stage_out(staging *st, int kind);
+/* Counts a served call in coll_twohop_half_calls when its reduction is on a half type. */
+void twohop_count_half(const twohop_reduction *red);
 
 /* twohop_requests.c */
 int twohop_iallreduce(const void *sbuf, void *rbuf, int count, ompi_datatype_t *dtype,
@@ -166,8 +224,6 @@ int twohop_allreduce_init(const void *sbuf, void *rbuf, int count, ompi_datatype
                           ompi_request_t **request, mca_coll_base_module_t *module);
 /* Counters (MPI_T): served non-blocking calls, served persistent starts. */
 extern unsigned long long twohop_nonblocking_calls, twohop_persistent_starts;
-/* Counts a served call in coll_twohop_half_calls when its reduction is on a half type. */
-void twohop_count_half(const twohop_reduction *red);
 /* Unregisters the progress callback (component close). */
 void twohop_requests_finalize(void);
 /* A set-up running in a fiber on m: resumed until it ends (MPI progress between resumes), then
