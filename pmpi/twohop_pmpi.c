@@ -494,18 +494,25 @@ static call_route route_signature(int count, MPI_Datatype dtype, MPI_Op op, twoh
     MPI_Count size = 0;
     PMPI_Type_size_x(dtype, &size);
     f.type_size = (uint64_t)size;
+    f.half_dtype = f.op = f.base = TWOHOP_NO_KERNEL;
+    MPI_Datatype base = MPI_DATATYPE_NULL;
+    /* The op and the signature are read only for a call that has one (twohop_route_signature
+     * decides empty calls first). */
+    const bool nonempty = count > 0 && size > 0;
     twohop_dtype ht = TWOHOP_F32;
     twohop_op ho = TWOHOP_OP_SUM;
-    f.half_dtype = twohop_half_lookup(dtype, op, &ht, &ho) ? (int)ht : TWOHOP_NO_KERNEL;
-    f.half_op = (int)ho;
-    f.op_predefined = twohop_mpi_op_is_predefined(op);
-    f.op = twohop_mpi_map_op(op);
-    int commute = 0;
-    f.op_commutes = !f.op_predefined && PMPI_Op_commutative(op, &commute) == MPI_SUCCESS &&
-                    commute;
-    MPI_Datatype base = MPI_DATATYPE_NULL;
-    f.base = TWOHOP_NO_KERNEL;
-    if (count > 0 && size > 0 && f.half_dtype < 0 && f.op >= 0) {
+    if (nonempty && twohop_half_lookup(dtype, op, &ht, &ho)) {
+        f.half_dtype = (int)ht;
+        f.half_op = (int)ho;
+    }
+    if (nonempty) {
+        f.op_predefined = twohop_mpi_op_is_predefined(op);
+        f.op = twohop_mpi_map_op(op);
+        int commute = 0;
+        f.op_commutes = f.half_dtype < 0 && !f.op_predefined &&
+                        PMPI_Op_commutative(op, &commute) == MPI_SUCCESS && commute;
+    }
+    if (nonempty && f.half_dtype < 0 && f.op >= 0) {
         base = twohop_mpi_single_type(dtype);
         f.base = base == MPI_DATATYPE_NULL ? TWOHOP_BASE_MIXED : twohop_mpi_map_type(base);
         if (base != MPI_DATATYPE_NULL) {

@@ -118,8 +118,8 @@ bool twohop_half_lookup(MPI_Datatype dtype, MPI_Op op, twohop_dtype *t, twohop_o
     for (int i = 0; i < n && !kind; ++i) {
         if (half_table[i].op == MPI_OP_NULL && half_table[i].type == dtype) kind = half_table[i].kind;
     }
-    for (int i = 0; kind && i < n; ++i) {
-        if (half_table[i].op == op && half_table[i].kind == kind) {
+    for (int i = 0; kind && op != MPI_OP_NULL && i < n; ++i) { /* datatype entries: no op */
+        if (half_table[i].op == op && half_table[i].kind == kind && half_table[i].half_op >= 0) {
             *t = kind == 1 ? TWOHOP_BF16 : TWOHOP_F16;
             *o = ops[half_table[i].half_op];
             return true;

@@ -336,16 +336,23 @@ call_route route_signature(int count, ompi_datatype_t *dtype, ompi_op_t *op, cal
     size_t size = 0;
     ompi_datatype_type_size(dtype, &size);
     f.type_size = size;
+    f.half_dtype = f.op = f.base = TWOHOP_NO_KERNEL;
+    ompi_datatype_t *base = NULL;
+    /* The op and the signature are read only for a call that has one (a negative count is
+     * erroneous, an empty call needs none): twohop_route_signature decides those first. */
+    const bool nonempty = count > 0 && size > 0;
     twohop_dtype ht = TWOHOP_F32;
     twohop_op ho = TWOHOP_OP_SUM;
-    f.half_dtype = twohop_half_lookup(dtype, op, &ht, &ho) ? (int)ht : TWOHOP_NO_KERNEL;
-    f.half_op = (int)ho;
-    f.op_predefined = ompi_op_is_intrinsic(op);
-    f.op_commutes = ompi_op_is_commute(op);
-    f.op = twohop_mpi_map_op(op);
-    ompi_datatype_t *base = NULL;
-    f.base = TWOHOP_NO_KERNEL;
-    if (count > 0 && size > 0 && f.half_dtype < 0 && f.op >= 0) {
+    if (nonempty && twohop_half_lookup(dtype, op, &ht, &ho)) {
+        f.half_dtype = (int)ht;
+        f.half_op = (int)ho;
+    }
+    if (nonempty) {
+        f.op_predefined = ompi_op_is_intrinsic(op);
+        f.op_commutes = ompi_op_is_commute(op);
+        f.op = twohop_mpi_map_op(op);
+    }
+    if (nonempty && f.half_dtype < 0 && f.op >= 0) {
         base = ompi_datatype_is_predefined(dtype) ? dtype : single_signature_type(dtype, 0);
         f.base = base == NULL ? TWOHOP_BASE_MIXED : twohop_mpi_map_type(base);
         if (base != NULL) {
