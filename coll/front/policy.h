@@ -7,7 +7,12 @@
  * (tests/test_policy.cpp).
  *
  * Every decision is rank-invariant: the facts are functions of the op and the type signature
- * (identical on every rank by MPI's rules) and the set-up outcome is agreed. Layout, memory
+ * (identical on every rank by MPI's rules) and the set-up outcome is agreed. For a user-defined
+ * op they include the datatype's own size (the item the user function combines): MPI requires
+ * the same datatype argument on every rank of a reduction (MPI-4.1 6.9.1), so a program that
+ * passes contiguous(k, T) on one rank and T on another with a user op is erroneous; twohop then
+ * fails the blocking call on every rank (node peers compare item sizes), but the deferral rule
+ * (twohop_deferrable_refusal) can route such a non-blocking call differently on different ranks. Layout, memory
  * kind and buffer addresses never enter, except in twohop_stays_on_stream, which only chooses
  * between the stream-ordered and the blocking form of the same served call on this rank.
  */

@@ -62,7 +62,9 @@ int Exchange::wait(void *req, int peer, void *other, std::string *err) {
                 " of that communicator; still waiting. If that rank runs another allreduce "
                 "component there (--mca coll or coll_twohop_priority differ between ranks), "
                 "this never ends: keep both identical on every rank, or set coll_twohop_timeout "
-                "to turn the wait into an error";
+                "to turn the wait into an error. (Also when ranks pass different datatypes to "
+                "a non-blocking or persistent allreduce with a user-defined op, which MPI "
+                "forbids: items above 4 KiB on some ranks only are handed back there.)";
             h_.log(0, msg.c_str());
         }
         if (rc == TWOHOP_OK && timeout_s_ > 0 &&
