@@ -46,13 +46,15 @@ call_route twohop_route_signature(int64_t count, const twohop_type_facts *f,
                                   twohop_reduction *red, uint64_t *elems_per_item,
                                   const char **why) {
     *why = NULL;
-    memset(red, 0, sizeof(*red));
-    *elems_per_item = 1;
-    if (count < 0) {
-        *why = "negative count";
-        return CALL_FALLBACK;
+    if (count <= 0 || f->type_size == 0) { /* nothing to classify (twohop_classify zeroes else) */
+        memset(red, 0, sizeof(*red));
+        *elems_per_item = 1;
+        if (count < 0) {
+            *why = "negative count";
+            return CALL_FALLBACK;
+        }
+        return CALL_EMPTY; /* empty signature on every rank */
     }
-    if (count == 0 || f->type_size == 0) return CALL_EMPTY; /* empty signature on every rank */
     *why = twohop_classify(f, red, elems_per_item);
     return *why ? CALL_FALLBACK : CALL_SERVE;
 }
