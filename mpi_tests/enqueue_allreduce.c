@@ -27,7 +27,12 @@
  *   outstanding  3 communicators x 8 calls enqueued on 3 streams before any wait (odd counts,
  *                every second one in place), then checked on the streams
  *   unordered    two calls on one communicator, on two streams that reach the GPU in opposite
- *                orders on neighbouring ranks (a 200 ms producer holds one back): both exact
+ *                orders on neighbouring ranks (a 200 ms producer holds one back): both exact.
+ *                Each buffer pair is first used once alone (warm rounds, at most 3, agreed by
+ *                all ranks), so that the timed round's second call need not close a stale CUDA
+ *                IPC mapping of a freed buffer while the first call's kernel waits: such a call
+ *                runs on the host by design (coll/gpu/vote.cpp), which --expect-on-device
+ *                would otherwise count as a failure
  *   small        8 calls of 1-2047 floats back to back on one stream (in place, 4-byte offsets)
  *   mixed        an enqueued call, then a blocking MPI_Allreduce on the same communicator
  *   host_rank    rank 0 passes host memory: the node takes the blocking path, results exact
@@ -257,6 +262,30 @@ static void case_unordered(void) {
         CK(cudaMemset(in[j], 0, n * sizeof(float)));
         CK(cudaMemset(out[j], 0, n * sizeof(float)));
     }
+    CK(cudaDeviceSynchronize());
+    // Warm rounds: each call alone, its stream drained before the next, until every rank saw
+    // both run hop 1 on the GPU (the peers' buffers mapped) or 3 rounds passed. The count of
+    // rounds is agreed (MPI_MIN of every rank's outcome), so every rank makes the same calls.
+    for (int round = 0; round < 3; round++) {
+        int warm = 1;
+        for (int j = 0; j < 2; j++) {
+            const unsigned long long h0 = twohop_pvars_read(&pv).gpu_hop1;
+            if (enqueue_test_produce(in[j], n, (float)(rank + 1 + j), 0, s[j]) != 0 ||
+                twohop_allreduce_enqueue(in[j], out[j], (int)n, MPI_FLOAT, MPI_SUM,
+                                         MPI_COMM_WORLD, s[j]) != MPI_SUCCESS) {
+                fail("unordered: warm call");
+            }
+            check_on(out[j], n, (float)j, s[j], "unordered: warm call");
+            const double t_end = now_s() + 5;
+            while (expect_on_device && twohop_pvars_read(&pv).gpu_hop1 == h0 && now_s() < t_end) {
+            }
+            if (twohop_pvars_read(&pv).gpu_hop1 == h0) warm = 0;
+        }
+        int all = 0;
+        MPI_Allreduce(&warm, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+        if (all || !expect_on_device) break;
+    }
+    for (int j = 0; j < 2; j++) CK(cudaMemset(out[j], 0, n * sizeof(float)));
     CK(cudaDeviceSynchronize());
     // Neighbours differ whether ranks are dealt to nodes in blocks or round robin.
     const int late = ((rank / 2) + rank) % 2;
