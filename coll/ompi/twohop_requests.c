@@ -318,12 +318,18 @@ static int req_start(size_t count, ompi_request_t **requests) {
 
 /* ------------------------------------------------------------------ creation ---- */
 
-static twohop_request *new_request(twohop_module *m, req_kind kind, bool persistent,
-                                   const void *sbuf, void *rbuf, int count,
-                                   ompi_datatype_t *dtype, ompi_op_t *op) {
+/* A request from the pool, not yet initialised (init_request); NULL when none could be had.
+ * One not used goes back with opal_free_list_return. */
+static twohop_request *take_request(void) {
     if (!ensure_progress()) return NULL;
-    twohop_request *r = (twohop_request *)opal_free_list_get(&request_pool);
-    if (r == NULL) return NULL;
+    return (twohop_request *)opal_free_list_get(&request_pool);
+}
+
+/* Initialises a request from take_request for the call; r->a is left as it is (the caller
+ * zeroed it, or routed the call into it). */
+static void init_request(twohop_request *r, twohop_module *m, req_kind kind, bool persistent,
+                         const void *sbuf, void *rbuf, int count, ompi_datatype_t *dtype,
+                         ompi_op_t *op) {
     OMPI_REQUEST_INIT(&r->nbc.super, persistent);
     r->nbc.super.req_type = OMPI_REQUEST_COLL;
     r->nbc.super.req_mpi_object.comm = m->comm;
@@ -339,7 +345,6 @@ static twohop_request *new_request(twohop_module *m, req_kind kind, bool persist
     r->dtype = dtype;
     r->op = op;
     r->inner = NULL;
-    memset(&r->a, 0, sizeof(r->a));
     memset(&r->fin, 0, sizeof(r->fin));
     memset(&r->fout, 0, sizeof(r->fout));
     r->next = NULL;
@@ -348,6 +353,17 @@ static twohop_request *new_request(twohop_module *m, req_kind kind, bool persist
     OBJ_RETAIN(m->comm);
     OBJ_RETAIN(dtype);
     OBJ_RETAIN(op);
+}
+
+/* A request of the given kind with no call arguments (r->a zeroed); NULL when none could be
+ * had. */
+static twohop_request *new_request(twohop_module *m, req_kind kind, bool persistent,
+                                   const void *sbuf, void *rbuf, int count,
+                                   ompi_datatype_t *dtype, ompi_op_t *op) {
+    twohop_request *r = take_request();
+    if (r == NULL) return NULL;
+    memset(&r->a, 0, sizeof(r->a));
+    init_request(r, m, kind, persistent, sbuf, rbuf, count, dtype, op);
     return r;
 }
 
@@ -636,8 +652,12 @@ static int create(const void *sbuf, void *rbuf, int count, ompi_datatype_t *dtyp
     const bool in_place = sbuf == MPI_IN_PLACE;
     const int kout = count > 0 ? twohop_memory_kind(rbuf) : TWOHOP_KIND_HOST;
     const int kin = in_place || count <= 0 ? kout : twohop_memory_kind(sbuf);
-    call_args a;
-    memset(&a, 0, sizeof(a));
+    /* The call is routed into the request's own arguments (one zeroing of the 450-byte
+     * call_args per call, as in the blocking call, instead of zeroing, routing and copying:
+     * 5% of a non-blocking 8-byte call's samples); a request not used goes back at once. */
+    twohop_request *r = take_request();
+    if (r == NULL) return OMPI_ERR_OUT_OF_RESOURCE;
+    memset(&r->a, 0, sizeof(r->a));
     const char *why;
     call_route route;
     const bool internal = looks_internal(count, dtype, op);
@@ -646,7 +666,11 @@ static int create(const void *sbuf, void *rbuf, int count, ompi_datatype_t *dtyp
               "construction, issued from its progress engine)";
         route = CALL_FALLBACK;
     } else {
-        route = route_call(m, count, dtype, op, &a, &why, true);
+        route = route_call(m, count, dtype, op, &r->a, &why, true);
+    }
+    if (route != CALL_SERVE && (route != CALL_EMPTY || !persistent)) {
+        opal_free_list_return(&request_pool, &r->nbc.super.super);
+        r = NULL;
     }
     if (route == CALL_DEFER) {
         return deferred_request(m, persistent, sbuf, rbuf, count, dtype, op, info, request);
@@ -668,13 +692,11 @@ static int create(const void *sbuf, void *rbuf, int count, ompi_datatype_t *dtyp
         *request = &ompi_request_empty;
         return MPI_SUCCESS;
     }
-    twohop_request *r = new_request(m, route == CALL_EMPTY ? REQ_EMPTY : REQ_SERVED,
-                                    persistent, sbuf, rbuf, count, dtype, op);
-    if (r == NULL) return OMPI_ERR_OUT_OF_RESOURCE;
+    init_request(r, m, route == CALL_EMPTY ? REQ_EMPTY : REQ_SERVED, persistent, sbuf, rbuf,
+                 count, dtype, op);
     if (route == CALL_SERVE) {
         /* Classification once; the views are rebuilt at every start (prepare_buffers). The
          * reduction's user context must point into the request, which outlives the call. */
-        r->a = a;
         if (r->a.red.op == TWOHOP_OP_USER) r->a.red.user_ctx = &r->a.uctx;
         r->a.kin = kin;
         r->a.kout = kout;
