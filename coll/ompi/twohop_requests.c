@@ -652,9 +652,9 @@ static int create(const void *sbuf, void *rbuf, int count, ompi_datatype_t *dtyp
     const bool in_place = sbuf == MPI_IN_PLACE;
     const int kout = count > 0 ? twohop_memory_kind(rbuf) : TWOHOP_KIND_HOST;
     const int kin = in_place || count <= 0 ? kout : twohop_memory_kind(sbuf);
-    /* The call is routed into the request's own arguments (one zeroing of the 450-byte
-     * call_args per call, as in the blocking call, instead of zeroing, routing and copying:
-     * 5% of a non-blocking 8-byte call's samples); a request not used goes back at once. */
+    /* The call is routed into the request's own arguments: one zeroing of the 450-byte
+     * call_args per call instead of two and a copy (5% of a non-blocking 8-byte call's
+     * samples, docs/perf.md); a request the route does not need goes back at once. */
     twohop_request *r = take_request();
     if (r == NULL) return OMPI_ERR_OUT_OF_RESOURCE;
     memset(&r->a, 0, sizeof(r->a));
