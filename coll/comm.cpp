@@ -64,12 +64,13 @@ int twohop_comm::poll_transport() {
     // (Only once this rank has reached the failed call: see AbortMessages.)
     if (aborts && aborts->posted && aborts->recv.done.load(std::memory_order_acquire) &&
         aborts->recv.status == UCS_OK && aborts->in[1] <= seq.last()) {
-        return TWOHOP_ERR_PEER;
+        return told_status(aborts->in[0]);
     }
     // A local peer that failed its part of the call told us through the control block (a call
     // this rank has reached: a peer ahead of it may fail a later call first).
     for (int i = 0; i < topo.local_size(); ++i) {
-        if (i != topo.local_rank && peer_failed(i)) return TWOHOP_ERR_PEER;
+        if (i == topo.local_rank) continue;
+        if (const int rc = peer_failure(i)) return rc;
     }
     const auto now = twohop::CoarseClock::now(); // every pass: no timer read (coarse_clock.h)
     if (now >= next_liveness) {
@@ -112,9 +113,8 @@ int twohop_comm::wait_all(std::atomic<uint64_t> RankFlags::*which, uint64_t targ
     // Flags that were already set skip poll(): a node peer that failed its part of this call
     // must still be noticed before its (possibly stale) inputs are used.
     for (int i = 0; i < topo.local_size(); ++i) {
-        if (i != topo.local_rank && peer_failed(i)) {
-            return TWOHOP_ERR_PEER;
-        }
+        if (i == topo.local_rank) continue;
+        if (const int rc = peer_failure(i)) return rc;
     }
     return TWOHOP_OK;
 }

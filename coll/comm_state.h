@@ -212,7 +212,7 @@ struct twohop_comm {
     /* Spins (polling every 16 checks) until `flag` reaches `target`; bounded by timeout_s. */
     int wait_for(const std::atomic<uint64_t> &flag, uint64_t target);
     /* Spins (with poll) until every local rank's counter `which` reaches `target`; then fails
-     * with TWOHOP_ERR_PEER when a node peer reported a failure. */
+     * with peer_failure's status when a node peer reported a failure. */
     int wait_all(std::atomic<uint64_t> twohop::RankFlags::*which, uint64_t target);
     /* Polls until done() holds; bounded by timeout_s like wait_for. */
     int poll_until(const std::function<bool()> &done);
@@ -222,6 +222,20 @@ struct twohop_comm {
         twohop::RankFlags &f = shm.flags(i);
         return f.failed.load(std::memory_order_acquire) != 0 &&
                f.failed_seq.load(std::memory_order_relaxed) <= seq.last();
+    }
+    /* What a rank told of another rank's failure (its failure word, or a hop-2 abort message,
+     * carrying that rank's status) fails its call with: TWOHOP_ERR_MISMATCH when the call was
+     * erroneous there (ranks passed different message sizes), so that every rank of the call
+     * reports the same MPI error class (MPI_ERR_TRUNCATE), told or not; else
+     * TWOHOP_ERR_PEER. */
+    static int told_status(uint64_t peer_status) {
+        return peer_status == static_cast<uint64_t>(TWOHOP_ERR_MISMATCH) ? TWOHOP_ERR_MISMATCH
+                                                                           : TWOHOP_ERR_PEER;
+    }
+    /* peer_failed(i) as the status this rank fails with (told_status), or TWOHOP_OK. */
+    int peer_failure(int i) {
+        if (!peer_failed(i)) return TWOHOP_OK;
+        return told_status(shm.flags(i).failed.load(std::memory_order_acquire));
     }
     /* Starts hop 2 of rail i (set `set`) over data[0, items) with the agreed algorithm. */
     int start_hop2(int set, size_t i, char *data, uint64_t items, const twohop::Reducer *red,

@@ -11,8 +11,9 @@
  *                  (MPI_DOUBLE x 2K, contiguous(2) x K, vector x K); twohop must serve
  *   countmismatch  user op, same signature, different count per rank (contiguous(4) x K vs
  *                  contiguous(2) x 2K, erroneous in MPI): with MPI_ERRORS_RETURN every rank must
- *                  get an error (no hang, no silent result), a second call on that communicator
- *                  an error at once, and a fresh communicator must work afterwards
+ *                  get an error (no hang, no silent result) of one class, MPI_ERR_TRUNCATE, on
+ *                  every rank, a second call on that communicator an error at once, and a
+ *                  fresh communicator must work afterwards
  *   simple         a few MPI_INT sums with value checks; prints "WRONG" on a wrong value
  *   killsetup      rank 1 kills itself (SIGKILL) before its first allreduce; the others call it
  *   crash          one allreduce (hop 2 over UCX with virtual nodes), then rank 0 dereferences
@@ -244,6 +245,19 @@ static int mode_countmismatch(void) {
     int rc = rank == 0 ? MPI_Allreduce(MPI_IN_PLACE, buf, (int)K, c4, op, comm)
                        : MPI_Allreduce(MPI_IN_PLACE, buf, (int)(2 * K), layouts[0].dt, op, comm);
     if (rc == MPI_SUCCESS) FAIL("countmismatch: the erroneous call succeeded");
+    /* One error class on every rank: the ranks that found the mismatch and those told of it
+     * by a peer (its failure word, or a hop-2 abort message) alike. */
+    int cls = MPI_SUCCESS;
+    if (rc != MPI_SUCCESS) MPI_Error_class(rc, &cls);
+    int *classes = malloc(size * sizeof(int));
+    MPI_Allgather(&cls, 1, MPI_INT, classes, 1, MPI_INT, MPI_COMM_WORLD);
+    for (int r = 0; rank == 0 && r < size; r++) {
+        if (classes[r] != MPI_ERR_TRUNCATE) {
+            FAIL("countmismatch: rank %d got error class %d, not MPI_ERR_TRUNCATE (%d)", r,
+                 classes[r], MPI_ERR_TRUNCATE);
+        }
+    }
+    free(classes);
     rc = MPI_Allreduce(MPI_IN_PLACE, buf, 2, layouts[0].dt, op, comm);
     if (rc == MPI_SUCCESS) FAIL("countmismatch: the communicator still served after a failure");
     MPI_Comm_free(&comm);

@@ -4,9 +4,10 @@
 # usage: robustness.sh -b BUILD_DIR SCENARIO
 #   layouts NP [VNODES]  per-rank datatype layouts of one signature, user op (robustness layouts)
 #   intrinsic NP [VNODES] predefined ops on per-rank layouts and counts (mpi_param_check 0)
-#   countmismatch [VNODES] user op, same signature, different counts: every rank gets an error
-#                        (over virtual nodes: also the one told by its hop-2 neighbour), and a
-#                        fresh communicator works afterwards
+#   countmismatch [VNODES [NP]] user op, same signature, different counts (rank 0 against
+#                        the others; 2 ranks unless NP): every rank gets an error of the same
+#                        class, MPI_ERR_TRUNCATE (over virtual nodes: also the ranks told by
+#                        their hop-2 neighbours), and a fresh communicator works afterwards
 #   selection            one rank runs with coll_twohop_priority -1: the job must fail with a
 #                        clear "selection differs" message within 60 s and never print a
 #                        wrong result
@@ -65,7 +66,8 @@ layouts | intrinsic)
 countmismatch)
     extra=()
     [[ -n ${1:-} ]] && extra=(-v "$1")
-    "${run[@]}" -n 2 -t 100 "${extra[@]}" -- "$prog" countmismatch >"$out" 2>&1 || fail "exit $?"
+    "${run[@]}" -n "${2:-2}" -t 100 "${extra[@]}" -- "$prog" countmismatch >"$out" 2>&1 ||
+        fail "exit $?"
     grep -q "UCX  WARN" "$out" && fail "UCX warnings"
     grep -q "robustness countmismatch: OK" "$out" || fail "no OK line"
     grep -q "different message sizes" "$out" || fail "no reason printed"

@@ -308,8 +308,10 @@ int wait_all_unlocked(twohop_comm *c, std::atomic<uint64_t> RankFlags::*which,
              ++spins) {
             if (spins % 16 != 0) continue;
             for (int i = 0; i < c->topo.local_size(); ++i) {
-                if (c->shm.flags(i).failed.load(std::memory_order_acquire) != 0) {
-                    return i == c->topo.local_rank ? TWOHOP_ERR_POISONED : TWOHOP_ERR_PEER;
+                const uint64_t f = c->shm.flags(i).failed.load(std::memory_order_acquire);
+                if (f != 0) {
+                    return i == c->topo.local_rank ? TWOHOP_ERR_POISONED
+                                                   : twohop_comm::told_status(f);
                 }
             }
             c->host.progress();

@@ -64,7 +64,8 @@ int test_all(twohop_comm *c, FlagPtr which, uint64_t target) {
     // Flags that are set do not prove the peer's part is sound: a node peer that failed its
     // part of this call must be noticed before its (possibly stale) inputs are used.
     for (int i = 0; i < c->topo.local_size(); ++i) {
-        if (i != c->topo.local_rank && c->peer_failed(i)) return TWOHOP_ERR_PEER;
+        if (i == c->topo.local_rank) continue;
+        if (const int rc = c->peer_failure(i)) return rc;
     }
     return TWOHOP_OK;
 }
