@@ -654,21 +654,24 @@ static int create(const void *sbuf, void *rbuf, int count, ompi_datatype_t *dtyp
     const int kin = in_place || count <= 0 ? kout : twohop_memory_kind(sbuf);
     /* The call is routed into the request's own arguments: one zeroing of the 450-byte
      * call_args per call instead of two and a copy (5% of a non-blocking 8-byte call's
-     * samples, docs/perf.md); a request the route does not need goes back at once. */
-    twohop_request *r = take_request();
-    if (r == NULL) return OMPI_ERR_OUT_OF_RESOURCE;
-    memset(&r->a, 0, sizeof(r->a));
+     * samples, docs/perf.md); a request the route does not need goes back at once. Open
+     * MPI's own calls (looks_internal) never touch the pool: they come from its progress
+     * engine, in any thread, while a communicator is made. */
+    const bool internal = looks_internal(count, dtype, op);
+    twohop_request *r = NULL;
     const char *why;
     call_route route;
-    const bool internal = looks_internal(count, dtype, op);
     if (internal) {
         why = "at most 4 MPI_INT, MIN or MAX (the shape of Open MPI's own communicator "
               "construction, issued from its progress engine)";
         route = CALL_FALLBACK;
     } else {
+        r = take_request();
+        if (r == NULL) return OMPI_ERR_OUT_OF_RESOURCE;
+        memset(&r->a, 0, sizeof(r->a));
         route = route_call(m, count, dtype, op, &r->a, &why, true);
     }
-    if (route != CALL_SERVE && (route != CALL_EMPTY || !persistent)) {
+    if (r != NULL && route != CALL_SERVE && (route != CALL_EMPTY || !persistent)) {
         opal_free_list_return(&request_pool, &r->nbc.super.super);
         r = NULL;
     }
