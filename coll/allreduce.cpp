@@ -57,6 +57,12 @@ int run_call(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out
             in.device && out.device && count * red.item_bytes >= c->posted_proxy_min_bytes) {
             twohop::Proxy::instance().prewake();
         }
+        if (!enqueue && gpu_declines_at_once(in, out, red)) {
+            // This rank votes no without waiting: the host job publishes it (decline_first).
+            const std::unique_ptr<twohop::Job> job = twohop::make_job(c, in, out, count, red);
+            job->decline_first(gpu_decline_first);
+            return twohop::drive(c, *job);
+        }
         if (enqueue && c->topo.n_nodes() == 1) {
             rc = gpu_node_enqueue(c, in, out, count, red, stream, &taken);
             if (rc != TWOHOP_OK) return rc;

@@ -74,16 +74,36 @@ struct GpuPathClock {
  * node declines (a rank's buffers are host memory, not shareable, a user op) -- the host
  * path's job (make_job) for the same call. For communicators that run the GPU vote
  * (twohop_comm::gpu_round) where the blocking call votes: one node at every message size,
- * several nodes on the pipeline path. Every local rank must queue this job for the call,
- * whatever its memory kinds (the vote is the node's), so the caller decides from the agreed
- * state, the node count and the message size only (docs/design.md, "The rule"). A rank
- * whose buffers cannot take the GPU path votes no without waiting (vote_no). The job makes
+ * several nodes on the pipeline path. Every local rank must take part in the vote for the
+ * call, whatever its memory kinds (the vote is the node's), so the caller decides from the
+ * agreed state, the node count and the message size only (docs/design.md, "The rule"). A rank
+ * whose buffers cannot take the GPU path votes no without waiting (vote_no); one that knows it
+ * before any CUDA call (gpu_declines_at_once) queues the host path's job alone, which publishes
+ * the same no (gpu_decline_first). The job makes
  * CUDA calls only with device buffers; the proxy thread advances it only where
  * Job::async_now says so (the GPU-posted job after its kernel's launch: host memory and UCX).
  */
 std::unique_ptr<twohop::Job> gpu_node_job(twohop_comm *c, const twohop_userbuf &in,
                                           const twohop_userbuf &out, uint64_t count,
                                           const twohop_reduction &red);
+
+/*
+ * True when this rank's buffers cannot take the node's GPU path whatever its peers pass: a
+ * buffer in host memory (no device pointer), a user op, no kernel for (type, op). Such a rank
+ * votes no without a CUDA call and without waiting (vote.cpp: describe, vote_no), so its call
+ * can be the host path's job alone, with gpu_decline_first as its Job::decline_first.
+ */
+bool gpu_declines_at_once(const twohop_userbuf &in, const twohop_userbuf &out,
+                          const twohop_reduction &red);
+
+/*
+ * This rank's "no" to the node's GPU round of call s, published by the host job that runs
+ * call s under the same number (twohop::DeclineFn): the descriptor describe() leaves for a
+ * rank that declines at once (msg_bytes and item_bytes, which the voting peers compare with
+ * theirs), desc_seq = s and vote = (s, no) -- the words gpu_node_allreduce's round publishes
+ * before it gives s back, so peers that vote see the same round either way.
+ */
+void gpu_decline_first(twohop_comm *c, uint64_t s, uint64_t msg_bytes, uint64_t item_bytes);
 
 /* Logs c->gpu_clock (verbose 2) when calls were clocked. */
 void gpu_node_log_phases(twohop_comm *c);

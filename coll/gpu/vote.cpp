@@ -116,10 +116,7 @@ void describe(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &ou
     d->enqueue = enqueue ? 1 : 0;
     *device = -1;
     *stage_in = *stage_out = false;
-    if (!in.device || !out.device || red.op == TWOHOP_OP_USER ||
-        kernel_name(red.dtype, red.op) == nullptr) {
-        return;
-    }
+    if (gpu_declines_at_once(in, out, red)) return;
     cuda::PointerInfo si, ri;
     if (!cuda::pointer_info(in.device, &si) || !cuda::pointer_info(out.device, &ri) ||
         si.device != ri.device) {
@@ -477,3 +474,18 @@ void gpu_waiting_kernel_begin() {
     g_waiting_kernels.fetch_add(1, std::memory_order_acq_rel);
 }
 void gpu_waiting_kernel_end() { g_waiting_kernels.fetch_sub(1, std::memory_order_acq_rel); }
+
+bool gpu_declines_at_once(const twohop_userbuf &in, const twohop_userbuf &out,
+                          const twohop_reduction &red) {
+    return !in.device || !out.device || red.op == TWOHOP_OP_USER ||
+           twohop_gpu::kernel_name(red.dtype, red.op) == nullptr;
+}
+
+void gpu_decline_first(twohop_comm *c, uint64_t s, uint64_t msg_bytes, uint64_t item_bytes) {
+    twohop_gpu::GpuDesc d;
+    std::memset(&d, 0, sizeof(d)); // what describe() leaves for such a rank
+    d.msg_bytes = msg_bytes;
+    d.item_bytes = item_bytes;
+    twohop_gpu::publish_desc(c, d, s);
+    c->shm.flags(c->topo.local_rank).vote.store(s << 1, std::memory_order_release);
+}

@@ -473,8 +473,15 @@ extern "C" int twohop_comm_iallreduce(twohop_comm *c, const twohop_userbuf *in,
     // the message size decide: the same on every rank). A rank with host buffers publishes its
     // descriptor and its "no" and runs the host path's job at once, as in the blocking call
     // (device buffers on the host path's copies took 1.3-1.5x the blocking call on one node
-    // below 4 KiB, 1.04-3.7x on two virtual nodes from 8 KiB: docs/perf.md).
-    if (count > 0 && c->gpu_round && (c->topo.n_nodes() == 1 || !latency)) {
+    // below 4 KiB, 1.04-3.7x on two virtual nodes from 8 KiB: docs/perf.md). A rank that
+    // declines at once (host buffers, most often) queues the host path's job alone, which
+    // publishes that "no" when it starts (Job::decline_first): the same words and sequence
+    // numbers, without a second job around it.
+    const bool gpu_vote = count > 0 && c->gpu_round && (c->topo.n_nodes() == 1 || !latency);
+    if (gpu_vote && gpu_declines_at_once(*in, *out, *red)) {
+        job = twohop::make_job(c, *in, *out, count, *red);
+        job->decline_first(gpu_decline_first);
+    } else if (gpu_vote) {
         job = gpu_node_job(c, *in, *out, count, *red);
         // Device buffers with asynchronous progress: the proxy thread takes the job over after
         // its start (the vote, the kernel). Woken now, its wake-up overlaps the start (the

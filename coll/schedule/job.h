@@ -15,7 +15,16 @@
 
 #include <cstdint>
 
+struct twohop_comm;
+
 namespace twohop {
+
+/*
+ * Publishes this rank's "no" to a node round that call s does not run (the node's GPU vote of
+ * a rank whose buffers cannot take the GPU path: gpu_node.h, gpu_decline_first). msg_bytes: the
+ * call's size in bytes; item_bytes: its element size (the peers that vote compare both).
+ */
+using DeclineFn = void (*)(twohop_comm *c, uint64_t s, uint64_t msg_bytes, uint64_t item_bytes);
 
 class Job {
   public:
@@ -45,8 +54,15 @@ class Job {
      * choice, async_safe). */
     virtual bool async_managed() const { return false; }
 
+    /* Makes a host job (LatencyJob, PipelineJob) publish, under its call's first sequence
+     * number and before any other word of that call, this rank's "no" to the node round
+     * `fn` stands for. The round then costs no job and no sequence number of its own: the
+     * same words and numbers as a round run first and declined (gpu/vote.cpp, vote_no). */
+    void decline_first(DeclineFn fn) { decline_first_ = fn; }
+
   protected:
     uint64_t steps_ = 0;
+    DeclineFn decline_first_ = nullptr;
 };
 
 } // namespace twohop

@@ -25,6 +25,7 @@ int LatencyJob::advance() {
         set_ = static_cast<int>(s_ % c->depth);
         bytes_ = count_ * red_.item_bytes();
         word_ = call_word(bytes_, red_.item_bytes());
+        if (decline_first_) decline_first_(c, s_, bytes_, red_.item_bytes());
         st_ = kWaitFree;
         [[fallthrough]];
     case kWaitFree:

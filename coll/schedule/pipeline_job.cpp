@@ -179,6 +179,9 @@ int PipelineJob::advance() {
                     InFlight{c->seq.take(), segment_range(count_, seg_items_, next_),
                              next_ + 1 == nseg_};
                 ++next_;
+                if (next_ == 1 && decline_first_) {
+                    decline_first_(c, window_[0].s, msg_bytes_, red_.item_bytes());
+                }
                 mark();
                 st_ = kStartFree;
             } else if (next == PipelineStep::kFinish) { // the oldest segment, first_
