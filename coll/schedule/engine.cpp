@@ -28,10 +28,15 @@ std::atomic<long> g_queued{0};
 /* A detached proxy job runs while async-safe calls are queued (engine.h). */
 std::atomic<bool> g_async_job{false};
 std::atomic<long> g_async_queued{0};
-/* When a thread inside an MPI call last ran progress_all (steady clock, ns): the proxy thread
- * leaves the work to such a thread while it is there (kMpiDrives), so the two do not take the
- * communicator's engine lock from each other. */
-std::atomic<int64_t> g_mpi_progress_ns{0};
+/* Progress passes of threads inside MPI calls (progress_all), counted by those threads and
+ * read by the proxy thread, which takes the time itself: it leaves the calls to such a thread
+ * while the count moved within the last kMpiDrivesNs of its own clock, so the two do not take
+ * the communicator's engine lock from each other. kLeftMpi: the starting thread of a pending
+ * call returned to the application (leaving_mpi). A load and a plain store per pass, no timer
+ * read on the application's threads (a clock read per pass: docs/perf.md, "Small non-blocking
+ * calls: ..."); lost counts between racing threads only delay a hand-off. */
+std::atomic<uint64_t> g_mpi_passes{0};
+constexpr uint64_t kLeftMpi = uint64_t(1) << 63;
 constexpr int64_t kMpiDrivesNs = 20000;
 /* Advances without a step after which an MPI progress call gives up: flags move within a few
  * checks, and one pass of the MPI's whole progress engine costs far more than one check. */
@@ -42,7 +47,10 @@ constexpr int kMpiRetries = 16;
  * call just before the start, e.g. the barrier or the previous MPI_Wait). Measured on one node,
  * device buffers: docs/perf.md. Another thread inside MPI (MPI_THREAD_MULTIPLE) sets the time
  * again at its next progress; until then the two only try the engine lock. */
-void leaving_mpi() { g_mpi_progress_ns.store(0, std::memory_order_relaxed); }
+void leaving_mpi() {
+    g_mpi_passes.store(g_mpi_passes.load(std::memory_order_relaxed) | kLeftMpi,
+                       std::memory_order_relaxed);
+}
 
 int64_t now_ns() {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -165,8 +173,15 @@ int advance_queue(twohop_comm *c, bool *pending, bool async_only = false,
         }
         if (rc == TWOHOP_OK && q->job) {
             FpEnvScope env(q->env); // the call's rounding, whichever thread runs this step
-            rc = c->poll_transport();
-            if (rc == TWOHOP_OK) rc = q->job->advance();
+            // The transport is polled (hop-2 progress, peers' failure words, liveness) when the
+            // job waits, not before it tries: a call whose flags are all there -- most small
+            // calls by the time MPI_Wait runs -- ends without a pass over the peers' words
+            // (75 of the non-blocking call's ~790 extra instructions at 2 ranks, docs/perf.md).
+            rc = q->job->advance();
+            if (rc == TWOHOP_PENDING) {
+                rc = c->poll_transport();
+                if (rc == TWOHOP_OK) rc = q->job->advance();
+            }
             // Inside MPI (MPI_Wait, MPI_Test, ...): drive the job on while it moves, as the
             // blocking call does, and give up after kMpiRetries advances without a step.
             for (int idle = 0; !async_only && rc == TWOHOP_PENDING && idle < kMpiRetries;) {
@@ -224,9 +239,24 @@ bool async_safe(const twohop_comm *c, const twohop_userbuf &in, const twohop_use
 }
 
 
+/* Whether a thread inside MPI drives the calls now (proxy thread only: its own clock and the
+ * count it saw last). */
+bool mpi_drives() {
+    static uint64_t seen = 0;  // g_mpi_passes at the proxy's last look
+    static int64_t seen_at = 0; // when it last changed, by the proxy's clock (ns)
+    const uint64_t p = g_mpi_passes.load(std::memory_order_relaxed);
+    if (p & kLeftMpi) return false;
+    const int64_t now = now_ns();
+    if (p != seen) {
+        seen = p;
+        seen_at = now;
+    }
+    return now - seen_at < kMpiDrivesNs;
+}
+
 int async_step() {
     int moved = -1;
-    if (now_ns() - g_mpi_progress_ns.load(std::memory_order_relaxed) < kMpiDrivesNs) {
+    if (mpi_drives()) {
         std::this_thread::yield(); // a thread inside MPI drives the calls now
     } else {
         moved = progress_all(true);
@@ -368,7 +398,10 @@ bool mpi_thread_work_queued() {
 
 int progress_all(bool async_only) {
     if (g_queued.load(std::memory_order_relaxed) == 0) return 0;
-    if (!async_only) g_mpi_progress_ns.store(now_ns(), std::memory_order_relaxed);
+    if (!async_only) {
+        g_mpi_passes.store((g_mpi_passes.load(std::memory_order_relaxed) & ~kLeftMpi) + 1,
+                           std::memory_order_relaxed);
+    }
     std::unique_lock<std::mutex> g(g_mutex, std::try_to_lock);
     if (!g.owns_lock()) return async_only ? -1 : 0;
     int completed = 0;
