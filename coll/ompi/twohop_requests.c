@@ -306,6 +306,10 @@ static int start_one(twohop_request *r) {
 static int req_start(size_t count, ompi_request_t **requests) {
     for (size_t i = 0; i < count; ++i) {
         twohop_request *r = (twohop_request *)requests[i];
+        /* Starting an active request is erroneous (MPI-4.1 3.9); Open MPI 4.1.4's MPI_Start
+         * does not check it (later 4.1 releases and MPI_Startall do): refused here before the
+         * call in flight is touched, as MPI_Request_free and MPI_Cancel of it are. */
+        if (r->nbc.super.req_state == OMPI_REQUEST_ACTIVE) return MPI_ERR_REQUEST;
         r->nbc.super.req_complete = REQUEST_PENDING;
         int err = start_one(r);
         if (err != MPI_SUCCESS) {
@@ -331,7 +335,16 @@ static void init_request(twohop_request *r, twohop_module *m, req_kind kind, boo
                          const void *sbuf, void *rbuf, int count, ompi_datatype_t *dtype,
                          ompi_op_t *op) {
     OMPI_REQUEST_INIT(&r->nbc.super, persistent);
+#if OMPI_MAJOR_VERSION >= 5
     r->nbc.super.req_type = OMPI_REQUEST_COLL;
+#else
+    /* Open MPI 4.1 raises the error of a completed request on its communicator's error handler
+     * only for requests of this type (ompi_errhandler_request_invoke; collective requests go
+     * to MPI_COMM_WORLD's, which 5.0 corrected): MPI_ERRORS_RETURN on the communicator must
+     * return a failed call's error from MPI_Wait, not abort the job. Elsewhere 4.1 treats the
+     * two types alike (MPI_Start, MPI_Startall: req_start). */
+    r->nbc.super.req_type = OMPI_REQUEST_PML;
+#endif
     r->nbc.super.req_mpi_object.comm = m->comm;
     r->nbc.super.req_free = req_free;
     r->nbc.super.req_cancel = req_cancel;
