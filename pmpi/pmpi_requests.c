@@ -507,6 +507,13 @@ EXPORT int MPI_Allreduce_init(const void *sbuf, void *rbuf, int count, MPI_Datat
 
 /* One start of a staged persistent request: copy in and start; completion copies back. */
 static int start_staged(staged_req *s, MPI_Request *request) {
+    if (s->active) {
+        /* Erroneous in MPI; refused before the copy-in overwrites the input of the call in
+         * flight. */
+        fprintf(stderr, "twohop: MPI_Start of an active allreduce request (erroneous: complete "
+                        "it first)\n");
+        return MPI_ERR_REQUEST;
+    }
     int err = copy_in(s);
     if (err == MPI_SUCCESS) err = PMPI_Start(request);
     if (err == MPI_SUCCESS) s->active = 1;
