@@ -27,7 +27,9 @@
  *                staged calls at once: a handle the MPI hands out again while the other thread
  *                finishes must not match that thread's entry.
  *   persistent   (MPI_Allreduce_init / MPIX_Allreduce_init) 3 starts with new data, completed
- *                by MPI_Wait and by MPI_Startall + MPI_Waitall, then MPI_Request_free.
+ *                by MPI_Wait and by MPI_Startall + MPI_Waitall, then MPI_Request_free; a
+ *                second MPI_Start of an active request is refused (erroneous in MPI) and the
+ *                call in flight keeps its input and result.
  *   usage: staged_forms [--no-persistent] [--threads] [--expect-twohop]
  *          --no-persistent: skip the persistent scenario (for the PMPI library under an MPI
  *          whose persistent allreduce it does not wrap, Open MPI's MPIX_ one); --threads: only
@@ -356,6 +358,18 @@ static void persistent(buf s[K], buf r[K]) {
         check(MPI_Wait(&p[0], MPI_STATUS_IGNORE) == MPI_SUCCESS, "MPI_Wait (persistent)", it);
         verify(r[0], 300 + it, "persistent: MPI_Start + MPI_Wait");
     }
+    /* A second start while active: refused, the call in flight intact. */
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    fill(s[0], r[0], 350);
+    if (rank == 1) usleep(50000); /* rank 0's call stays in flight meanwhile */
+    check(MPI_Start(&p[0]) == MPI_SUCCESS, "MPI_Start", 3);
+    if (rank == 0) {
+        check(MPI_Start(&p[0]) != MPI_SUCCESS, "a second MPI_Start of an active request "
+              "succeeded", 0);
+    }
+    check(MPI_Wait(&p[0], MPI_STATUS_IGNORE) == MPI_SUCCESS, "MPI_Wait (persistent)", 3);
+    verify(r[0], 350, "persistent: the call in flight at the second MPI_Start");
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
     for (int it = 0; it < 2; it++) { /* all of them, MPI_Startall + MPI_Waitall */
         for (int k = 0; k < K; k++) fill(s[k], r[k], 400 + 10 * it + k);
         check(MPI_Startall(K, p) == MPI_SUCCESS, "MPI_Startall", it);
