@@ -99,6 +99,14 @@
 #          phases at 8 ranks.
 #   host: the host-memory table (scripts/bench_table.sh: twohop, tuned, han, two virtual nodes,
 #         copy bound) at 8 and 16 ranks, as docs/perf.md's 16-core section.
+#   ab: the host forms of this tree against another version of the component: AB_PATCH (a
+#       patch file in the tree, e.g. `git diff OLD HEAD -- coll > ab.patch`) reversed gives the
+#       old tree, built into /tmp/build-ab-old beside GPU_BUILD; then `forms_bench AB_MAX
+#       AB_ITERS` (default 1024 2000, the same test binary) at AB_NPS ranks (default "8 16"),
+#       AB_ROUNDS rounds (default 3) of old, new and, with AB_NOGPU=1, new with
+#       CUDA_VISIBLE_DEVICES= (no GPU vote, no memory-kind queries). Raw file ab_forms.txt; the
+#       summary per variant: the non-blocking call's extra time over the blocking one (each
+#       size's median over the rounds, range over the sizes) and the ratios' ranges.
 #   mpich: MPICH instead of Open MPI, host buffers: build the PMPI library against Debian 12's
 #          MPICH 4.0.2, run the 'portable' suite and the host table (scripts/bench_table.sh) at
 #          the rank counts in MPICH_NPS (default "8 16"). The machine has no MPICH: carry
@@ -182,6 +190,61 @@ fi
 grep -E "CUDA device buffers|Open MPI|UCX" "$out/setup.log" | head -3
 [[ -x $build/mpi_tests/device_allreduce ]] || { echo "gpu_check: no device_allreduce built"; exit 1; }
 [[ $mode == build ]] && exit 0
+
+# --- mode ab: this tree's host forms against the tree with AB_PATCH reversed (header).
+if [[ $mode == ab ]]; then
+    [[ -f ${AB_PATCH:-} ]] || { echo "gpu_check: mode ab needs AB_PATCH (a patch file)"; exit 1; }
+    patchfile=$(realpath "$AB_PATCH")
+    oldsrc=/tmp/ab-old-src oldbuild=/tmp/build-ab-old
+    rm -rf $oldsrc && mkdir -p $oldsrc && tar --exclude=./.debs --exclude=./.cache -cf - . |
+        tar -xf - -C $oldsrc
+    if ! (cd $oldsrc && patch -R -p1 -s <"$patchfile" &&
+          GPU_BUILD=$oldbuild bash scripts/gpu_check.sh build >"$out/build_ab_old.txt" 2>&1); then
+        tail -n 20 "$out/build_ab_old.txt"
+        echo "gpu_check: the old tree (AB_PATCH reversed) did not build"
+        exit 1
+    fi
+    variants="old new"
+    [[ ${AB_NOGPU:-0} == 1 ]] && variants="old new nogpu"
+    raw=$out/ab_forms.txt
+    echo "# forms_bench ${AB_MAX:-1024} ${AB_ITERS:-2000}, host buffers; old: AB_PATCH reversed," \
+        "new: this tree, nogpu: new with CUDA_VISIBLE_DEVICES=" >"$raw"
+    for r in $(seq 1 "${AB_ROUNDS:-3}"); do
+        for v in $variants; do
+            for np in ${AB_NPS:-8 16}; do
+                b=$build cvd=()
+                [[ $v == old ]] && b=$oldbuild
+                [[ $v == nogpu ]] && cvd=(CUDA_VISIBLE_DEVICES=)
+                echo "## $v np$np run $r" >>"$raw"
+                env "${cvd[@]}" mpi_tests/run_mpi.sh -n "$np" -b "$b" -t 120 -- \
+                    "$build/mpi_tests/forms_bench" "${AB_MAX:-1024}" "${AB_ITERS:-2000}" 2>&1 |
+                    grep -v '^+ mpirun' >>"$raw"
+            done
+        done
+    done
+    python3 - "$raw" <<'PY'
+import re, statistics as st, sys
+cur, data = None, {}
+for line in open(sys.argv[1]):
+    m = re.match(r'## (\w+) np(\d+) run \d+', line)
+    if m:
+        cur = (m.group(1), int(m.group(2)))
+        continue
+    f = line.split()
+    if cur and len(f) == 6 and f[0].isdigit():
+        data.setdefault(cur, {}).setdefault(int(f[0]), []).append([float(x) for x in f[1:]])
+print("variant ranks: nb extra us (median per size: min-max) | nb/blocking | persistent/blocking"
+      " | blocking us at the smallest size (median)")
+for (v, np_), rows in sorted(data.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+    ex = [st.median(r[1] - r[0] for r in rs) for rs in rows.values()]
+    nb = [r[3] for rs in rows.values() for r in rs]
+    pe = [r[4] for rs in rows.values() for r in rs]
+    bl = st.median(r[0] for r in rows[min(rows)])
+    print(f"{v:6} {np_:3}: {min(ex):.2f}-{max(ex):.2f} | {min(nb):.2f}-{max(nb):.2f} | "
+          f"{min(pe):.2f}-{max(pe):.2f} | {bl:.2f}")
+PY
+    exit 0
+fi
 
 # --- MPS
 mps=/tmp/twohop-mps
