@@ -33,8 +33,8 @@ std::atomic<long> g_async_queued{0};
  * while the count moved within the last kMpiDrivesNs of its own clock, so the two do not take
  * the communicator's engine lock from each other. kLeftMpi: the starting thread of a pending
  * call returned to the application (leaving_mpi). A load and a plain store per pass, no timer
- * read on the application's threads (a clock read per pass: docs/perf.md, "Small non-blocking
- * calls: ..."); lost counts between racing threads only delay a hand-off. */
+ * read on the application's threads (docs/perf.md, "Small non-blocking calls: the transport
+ * polled when a job waits"); lost counts between racing threads only delay a hand-off. */
 std::atomic<uint64_t> g_mpi_passes{0};
 constexpr uint64_t kLeftMpi = uint64_t(1) << 63;
 constexpr int64_t kMpiDrivesNs = 20000;
