@@ -45,8 +45,8 @@ constexpr int kMpiRetries = 16;
 /* The starting thread of a call still pending returns to the application: the proxy thread
  * may take the calls over at once, not kMpiDrivesNs after that thread's last progress (an MPI
  * call just before the start, e.g. the barrier or the previous MPI_Wait). Measured on one node,
- * device buffers: docs/perf.md. Another thread inside MPI (MPI_THREAD_MULTIPLE) sets the time
- * again at its next progress; until then the two only try the engine lock. */
+ * device buffers: docs/perf.md. Another thread inside MPI (MPI_THREAD_MULTIPLE) clears the mark
+ * and counts again at its next progress pass; until then the two only try the engine lock. */
 void leaving_mpi() {
     g_mpi_passes.store(g_mpi_passes.load(std::memory_order_relaxed) | kLeftMpi,
                        std::memory_order_relaxed);
