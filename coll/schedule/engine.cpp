@@ -10,6 +10,7 @@
 #include "gpu_node.h"
 #include "latency_job.h"
 #include "memory_kind.h"
+#include "mpi_handoff.h"
 #include "proxy.h"
 #include "pipeline_job.h"
 
@@ -28,15 +29,9 @@ std::atomic<long> g_queued{0};
 /* A detached proxy job runs while async-safe calls are queued (engine.h). */
 std::atomic<bool> g_async_job{false};
 std::atomic<long> g_async_queued{0};
-/* Progress passes of threads inside MPI calls (progress_all), counted by those threads and
- * read by the proxy thread, which takes the time itself: it leaves the calls to such a thread
- * while the count moved within the last kMpiDrivesNs of its own clock, so the two do not take
- * the communicator's engine lock from each other. kLeftMpi: the starting thread of a pending
- * call returned to the application (leaving_mpi). A load and a plain store per pass, no timer
- * read on the application's threads (docs/perf.md, "Small non-blocking calls: the transport
- * polled when a job waits"); lost counts between racing threads only delay a hand-off. */
-std::atomic<uint64_t> g_mpi_passes{0};
-constexpr uint64_t kLeftMpi = uint64_t(1) << 63;
+/* Whether threads inside MPI calls drive the queued calls now (their progress passes,
+ * progress_all) or the proxy thread may (async_step): mpi_handoff.h. */
+MpiHandOff g_handoff;
 constexpr int64_t kMpiDrivesNs = 20000;
 /* Advances without a step after which an MPI progress call gives up: flags move within a few
  * checks, and one pass of the MPI's whole progress engine costs far more than one check. */
@@ -47,10 +42,7 @@ constexpr int kMpiRetries = 16;
  * call just before the start, e.g. the barrier or the previous MPI_Wait). Measured on one node,
  * device buffers: docs/perf.md. Another thread inside MPI (MPI_THREAD_MULTIPLE) clears the mark
  * and counts again at its next progress pass; until then the two only try the engine lock. */
-void leaving_mpi() {
-    g_mpi_passes.store(g_mpi_passes.load(std::memory_order_relaxed) | kLeftMpi,
-                       std::memory_order_relaxed);
-}
+void leaving_mpi() { g_handoff.left(); }
 
 int64_t now_ns() {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -239,24 +231,9 @@ bool async_safe(const twohop_comm *c, const twohop_userbuf &in, const twohop_use
 }
 
 
-/* Whether a thread inside MPI drives the calls now (proxy thread only: its own clock and the
- * count it saw last). */
-bool mpi_drives() {
-    static uint64_t seen = 0;  // g_mpi_passes at the proxy's last look
-    static int64_t seen_at = 0; // when it last changed, by the proxy's clock (ns)
-    const uint64_t p = g_mpi_passes.load(std::memory_order_relaxed);
-    if (p & kLeftMpi) return false;
-    const int64_t now = now_ns();
-    if (p != seen) {
-        seen = p;
-        seen_at = now;
-    }
-    return now - seen_at < kMpiDrivesNs;
-}
-
 int async_step() {
     int moved = -1;
-    if (mpi_drives()) {
+    if (g_handoff.mpi_drives(now_ns(), kMpiDrivesNs)) {
         std::this_thread::yield(); // a thread inside MPI drives the calls now
     } else {
         moved = progress_all(true);
@@ -398,10 +375,7 @@ bool mpi_thread_work_queued() {
 
 int progress_all(bool async_only) {
     if (g_queued.load(std::memory_order_relaxed) == 0) return 0;
-    if (!async_only) {
-        g_mpi_passes.store((g_mpi_passes.load(std::memory_order_relaxed) & ~kLeftMpi) + 1,
-                           std::memory_order_relaxed);
-    }
+    if (!async_only) g_handoff.pass();
     std::unique_lock<std::mutex> g(g_mutex, std::try_to_lock);
     if (!g.owns_lock()) return async_only ? -1 : 0;
     int completed = 0;
