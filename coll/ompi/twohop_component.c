@@ -135,12 +135,13 @@ static int twohop_register(void) {
     register_counter(c, "fallback_calls",
                      "Allreduce calls twohop handed to the previously selected module (a "
                      "persistent allreduce handed over counts once, at its initialisation; "
-                     "the few-MPI_INT MIN/MAX MPI_Iallreduce calls of Open MPI's communicator "
-                     "construction before a communicator's set-up are not counted)",
+                     "non-blocking and persistent calls of at most 4 MPI_INT with MIN or MAX, "
+                     "the shape of Open MPI's own communicator construction, are handed over "
+                     "uncounted)",
                      &twohop_fallback_calls);
     register_counter(c, "nonblocking_calls",
-                     "MPI_Iallreduce calls executed by twohop's own algorithm (Open MPI's own "
-                     "communicator construction issues some on the parent communicator)",
+                     "MPI_Iallreduce calls executed by twohop's own algorithm (a call that "
+                     "fails, e.g. on sizes that differ between ranks, counts too)",
                      &twohop_nonblocking_calls);
     register_counter(c, "half_calls",
                      "Allreduces (any form; every start of a persistent one) of "
