@@ -44,8 +44,11 @@ int run_call(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out
     };
     const bool latency = twohop::latency_path(c, count, red.item_bytes);
     // GPU rounds: on one node the whole call can run on the GPU; with several nodes hop 1 of
-    // the pipeline can (the latency path stays on the host).
-    if (c->gpu_round && (c->topo.n_nodes() == 1 || !latency)) {
+    // the pipeline can (the latency path stays on the host). A rank that declines at once
+    // votes no without waiting: the host job below publishes it when it starts.
+    const bool gpu_vote = c->gpu_round && (c->topo.n_nodes() == 1 || !latency);
+    const bool declines = gpu_vote && !enqueue && gpu_declines_at_once(in, out, red);
+    if (gpu_vote && !declines) {
         bool taken = false;
         if (c->verbose >= 3) {
             c->gpu_hop1.call_entry = std::chrono::steady_clock::now();
@@ -56,12 +59,6 @@ int run_call(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out
         if (!enqueue && c->gpu_posted && c->posted_wake_early && c->topo.n_nodes() > 1 &&
             in.device && out.device && count * red.item_bytes >= c->posted_proxy_min_bytes) {
             twohop::Proxy::instance().prewake();
-        }
-        if (!enqueue && gpu_declines_at_once(in, out, red)) {
-            // This rank votes no without waiting: the host job publishes it (decline_first).
-            const std::unique_ptr<twohop::Job> job = twohop::make_job(c, in, out, count, red);
-            job->decline_first(gpu_decline_first);
-            return twohop::drive(c, *job);
         }
         if (enqueue && c->topo.n_nodes() == 1) {
             rc = gpu_node_enqueue(c, in, out, count, red, stream, &taken);
@@ -81,6 +78,7 @@ int run_call(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out
         rc = gpu_posted_pipeline(c, out, count, red);
     } else {
         const std::unique_ptr<twohop::Job> job = twohop::make_job(c, in, out, count, red);
+        if (declines) job->decline_first(gpu_decline_first);
         rc = twohop::drive(c, *job);
     }
     if (c->gpu_hop1.active && rc == TWOHOP_OK) twohop::count(TWOHOP_COUNTER_GPU_HOP1_CALLS);

@@ -63,13 +63,14 @@ void describe(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &ou
 /* The rounds of the node's decision on call s (vote.cpp has the protocol):
  * publish_desc (round 1), vote_publish (round 2, this rank's vote; TWOHOP_PENDING on the proxy
  * thread when a stale mapping must be closed first), vote_round (round 2 to the end: *all =
- * every local rank voted yes), vote_no (no without waiting), decline (the sequence number given
- * back). Each returns a twohop_status. */
+ * every local rank voted yes), vote_no (no without waiting: publish_no, then decline), decline
+ * (the sequence number given back). Those returning int return a twohop_status. */
 void publish_desc(twohop_comm *c, const GpuDesc &d, uint64_t s);
 int vote_publish(twohop_comm *c, const GpuDesc &d, int device, uint64_t s, GpuDesc *peer,
                  bool *one_device);
 int vote_round(twohop_comm *c, const GpuDesc &d, int device, uint64_t s, GpuDesc *peer,
                bool *one_device, bool *all, bool unlocked = false);
+void publish_no(twohop_comm *c, uint64_t s);
 int vote_no(twohop_comm *c, uint64_t s);
 int decline(twohop_comm *c, uint64_t s);
 

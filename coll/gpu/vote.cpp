@@ -365,6 +365,11 @@ int decline(twohop_comm *c, uint64_t s) {
     return TWOHOP_OK;
 }
 
+/* This rank's vote of call s: no (the vote word's encoding, (s << 1) | yes). */
+void publish_no(twohop_comm *c, uint64_t s) {
+    c->shm.flags(c->topo.local_rank).vote.store(s << 1, std::memory_order_release);
+}
+
 /*
  * A rank that cannot take the GPU path (host buffers, most often) knows the node's decision
  * without reading anyone's round: the path is the GPU's only when every vote is yes. It
@@ -378,8 +383,7 @@ int decline(twohop_comm *c, uint64_t s) {
  * the host path waits for `done` itself before it writes a slot.
  */
 int vote_no(twohop_comm *c, uint64_t s) {
-    RankFlags &mine = c->shm.flags(c->topo.local_rank);
-    mine.vote.store(s << 1, std::memory_order_release);
+    publish_no(c, s);
     return decline(c, s);
 }
 
@@ -487,5 +491,5 @@ void gpu_decline_first(twohop_comm *c, uint64_t s, uint64_t msg_bytes, uint64_t 
     d.msg_bytes = msg_bytes;
     d.item_bytes = item_bytes;
     twohop_gpu::publish_desc(c, d, s);
-    c->shm.flags(c->topo.local_rank).vote.store(s << 1, std::memory_order_release);
+    twohop_gpu::publish_no(c, s);
 }

@@ -485,10 +485,8 @@ extern "C" int twohop_comm_iallreduce(twohop_comm *c, const twohop_userbuf *in,
     // publishes that "no" when it starts (Job::decline_first): the same words and sequence
     // numbers, without a second job around it.
     const bool gpu_vote = count > 0 && c->gpu_round && (c->topo.n_nodes() == 1 || !latency);
-    if (gpu_vote && gpu_declines_at_once(*in, *out, *red)) {
-        job = twohop::make_job(c, *in, *out, count, *red);
-        job->decline_first(gpu_decline_first);
-    } else if (gpu_vote) {
+    const bool declines = gpu_vote && gpu_declines_at_once(*in, *out, *red);
+    if (gpu_vote && !declines) {
         job = gpu_node_job(c, *in, *out, count, *red);
         // Device buffers with asynchronous progress: the proxy thread takes the job over after
         // its start (the vote, the kernel). Woken now, its wake-up overlaps the start (the
@@ -499,6 +497,7 @@ extern "C" int twohop_comm_iallreduce(twohop_comm *c, const twohop_userbuf *in,
         }
     } else if (count > 0) {
         job = twohop::make_job(c, *in, *out, count, *red);
+        if (declines) job->decline_first(gpu_decline_first);
     }
     const bool async_ok = count > 0 && twohop::async_safe(c, *in, *out, *red);
     // Who drives the call besides the threads inside MPI (docs/design.md, "Who advances a
