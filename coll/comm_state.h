@@ -154,6 +154,11 @@ struct twohop_comm {
     std::deque<twohop::QueuedCall *> queue;
     std::deque<twohop::QueuedCall *> completed; // finished, done function not yet run
     std::atomic<bool> busy{false};
+    // The thread that holds `busy` (pthread_self(); 0: none), written by the holder after it
+    // took the lock and before it lets go. Only a thread comparing it with its own id reads
+    // it, so relaxed order suffices: a thread always sees its own last write, and another
+    // thread's id never equals its own (twohop::held_by_this_thread).
+    std::atomic<unsigned long> busy_holder{0};
     // Calls queued without the engine lock (stream-ordered calls: their calling thread must
     // not wait for a pass of the proxy thread): moved to the back of `queue`, in order, by the
     // next holder of the lock before it advances or queues anything.

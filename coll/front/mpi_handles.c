@@ -3,6 +3,7 @@
 
 #include <pthread.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #define INT_T(ctype) (sizeof(ctype) == 8 ? TWOHOP_I64 : sizeof(ctype) == 4 ? TWOHOP_I32 : \
                       sizeof(ctype) == 2 ? TWOHOP_I16 : TWOHOP_I8)
@@ -10,18 +11,39 @@
                        sizeof(ctype) == 2 ? TWOHOP_U16 : TWOHOP_U8)
 
 /* Filled once, on first use (MPICH's handles are compile-time constants, Open MPI's are
- * addresses of its predefined objects; both are valid before MPI_Init). A datatype an MPI does
- * not provide is MPI_DATATYPE_NULL and never matches (the lookup skips it). */
+ * addresses of its predefined objects; both are valid before MPI_Init): an open-addressing
+ * hash of the handles' values, looked up on every call (a linear search of the ~50 entries
+ * cost 160 instructions for MPI_FLOAT, 8% of an 8-byte call: docs/perf.md). A datatype an MPI
+ * does not provide is MPI_DATATYPE_NULL and is not entered; a handle listed twice keeps its
+ * first type. The answer depends on the handle's value only: a predefined handle's address
+ * or constant is never that of another datatype. */
+#define TYPE_SLOTS 128 /* a power of two, over twice the entries: short probe runs */
 static struct {
     MPI_Datatype dt;
-    int t;
-} type_table[64];
-static int type_table_len;
+    int t; /* -1: empty slot */
+} type_table[TYPE_SLOTS];
 static pthread_once_t type_table_once = PTHREAD_ONCE_INIT;
 
+static unsigned type_slot(MPI_Datatype d) {
+    /* Fibonacci hashing (Knuth, TAOCP vol. 3, 6.4): the top 7 bits of the product. */
+    return (unsigned)(((uint64_t)(uintptr_t)d * 0x9E3779B97F4A7C15ull) >> 57);
+}
+
+static void enter_type(MPI_Datatype d, int t) {
+    if (d == MPI_DATATYPE_NULL) return;
+    for (unsigned i = type_slot(d);; i = (i + 1) % TYPE_SLOTS) {
+        if (type_table[i].t < 0) {
+            type_table[i].dt = d;
+            type_table[i].t = t;
+            return;
+        }
+        if (type_table[i].dt == d) return; /* listed before: the first entry holds */
+    }
+}
+
 static void build_type_table(void) {
-    int n = 0;
-#define MAP(mpi, kind) type_table[n].dt = (mpi); type_table[n].t = (kind); n++;
+    for (int i = 0; i < TYPE_SLOTS; ++i) type_table[i].t = -1;
+#define MAP(mpi, kind) enter_type((mpi), (kind));
     MAP(MPI_CHAR, TWOHOP_I8) MAP(MPI_SIGNED_CHAR, TWOHOP_I8) MAP(MPI_UNSIGNED_CHAR, TWOHOP_U8)
     MAP(MPI_BYTE, TWOHOP_BYTE) MAP(MPI_SHORT, TWOHOP_I16) MAP(MPI_UNSIGNED_SHORT, TWOHOP_U16)
     MAP(MPI_INT, TWOHOP_I32) MAP(MPI_UNSIGNED, TWOHOP_U32) MAP(MPI_LONG, INT_T(long))
@@ -49,13 +71,12 @@ static void build_type_table(void) {
     MAP(MPIX_BFLOAT16, TWOHOP_BF16)
 #endif
 #undef MAP
-    type_table_len = n;
 }
 
 int twohop_mpi_map_type(MPI_Datatype d) {
     if (d == MPI_DATATYPE_NULL) return -1;
     (void)pthread_once(&type_table_once, build_type_table);
-    for (int i = 0; i < type_table_len; ++i) {
+    for (unsigned i = type_slot(d); type_table[i].t >= 0; i = (i + 1) % TYPE_SLOTS) {
         if (type_table[i].dt == d) return type_table[i].t;
     }
     return -1;

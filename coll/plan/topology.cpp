@@ -30,13 +30,11 @@ Topology build_topology(const std::vector<uint64_t> &keys, int my_rank) {
     }
     t.my_node = t.node_of[my_rank];
     t.local_rank = t.local_of[my_rank];
+    t.my_node_size = t.node_size(t.my_node);
+    for (const auto &n : t.node_ranks) {
+        t.max_node_size = std::max(t.max_node_size, static_cast<int>(n.size()));
+    }
     return t;
-}
-
-int Topology::n_shards() const {
-    int s = 0;
-    for (const auto &n : node_ranks) s = std::max(s, static_cast<int>(n.size()));
-    return s;
 }
 
 std::vector<int> Topology::my_shards() const {

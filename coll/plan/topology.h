@@ -28,12 +28,14 @@ struct Topology {
     std::vector<std::vector<int>> node_ranks; // [node][local rank] -> communicator rank
     std::vector<int> node_of;                 // [communicator rank] -> node index
     std::vector<int> local_of;                // [communicator rank] -> local rank
+    int my_node_size = 0;  // node_size(my_node), kept by build_topology (asked on every call)
+    int max_node_size = 0; // the largest node's rank count, kept by build_topology
 
     int n_nodes() const { return static_cast<int>(node_ranks.size()); }
-    int local_size() const { return node_size(my_node); }
+    int local_size() const { return my_node_size; }
     int node_size(int node) const { return static_cast<int>(node_ranks[node].size()); }
     /* Shards per segment: the largest node's rank count. */
-    int n_shards() const;
+    int n_shards() const { return max_node_size; }
     /* Local rank on `node` that owns shard `s`. */
     int shard_owner(int node, int s) const { return s % node_size(node); }
     /* Shards I own, increasing. */

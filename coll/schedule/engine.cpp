@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <mutex>
+#include <pthread.h>
 #include <thread>
 #include <vector>
 
@@ -305,34 +306,32 @@ int drive(twohop_comm *c, Job &job) {
 }
 
 namespace {
-/* Communicators whose engine lock this thread holds (a blocking call holds it while Open MPI's
- * progress runs, and Open MPI's progress may start calls). */
-thread_local twohop_comm *t_held[8];
-thread_local int t_nheld = 0;
+/* This thread's id as twohop_comm::busy_holder stores it. pthread_self() reads the thread
+ * pointer (one load): a thread_local list of held communicators cost a __tls_get_addr call
+ * per access in this dlopen'ed component (9 per non-blocking start, docs/perf.md). */
+unsigned long self_id() { return static_cast<unsigned long>(pthread_self()); }
+
+/* Whether this thread takes c's engine lock without waiting: sets the holder on success. */
+bool try_lock_engine(twohop_comm *c) {
+    if (c->busy.exchange(true, std::memory_order_acquire)) return false;
+    c->busy_holder.store(self_id(), std::memory_order_relaxed);
+    return true;
+}
 } // namespace
 
 bool held_by_this_thread(const twohop_comm *c) {
-    for (int i = 0; i < t_nheld; ++i) {
-        if (t_held[i] == c) return true;
-    }
-    return false;
+    return c->busy_holder.load(std::memory_order_relaxed) == self_id();
 }
 
 void lock_engine(twohop_comm *c) {
     unsigned spins = 0;
-    while (c->busy.exchange(true, std::memory_order_acquire)) {
+    while (!try_lock_engine(c)) {
         if (++spins % 64 == 0) std::this_thread::yield();
     }
-    if (t_nheld < 8) t_held[t_nheld++] = c;
 }
 
 void unlock_engine(twohop_comm *c) {
-    for (int i = 0; i < t_nheld; ++i) {
-        if (t_held[i] == c) {
-            t_held[i] = t_held[--t_nheld];
-            break;
-        }
-    }
+    c->busy_holder.store(0, std::memory_order_relaxed);
     c->busy.store(false, std::memory_order_release);
 }
 
@@ -383,7 +382,7 @@ int progress_all(bool async_only) {
     for (size_t i = 0; i < g_active.size();) {
         twohop_comm *c = g_active[i];
         bool pending = true;
-        if (!c->busy.exchange(true, std::memory_order_acquire)) {
+        if (try_lock_engine(c)) {
             completed += advance_queue(c, &pending, async_only, &moved);
             unlock_engine(c);
         }
