@@ -172,6 +172,8 @@ struct twohop_comm {
     // Queued calls that take their sequence numbers from `seq` when they start (every job but
     // reserved ones, job.h: reserved_first_seq): incremented by the starting thread, decremented
     // when the call finishes. At 0 the calling thread owns `seq` (gpu_node.h: gpu_stream_posted).
+    // Kept only where that is asked (several nodes, gpu_round, stream_on_device: engine.cpp,
+    // submit_job); 0 elsewhere.
     std::atomic<long> lazy_jobs{0};
     std::atomic<bool> registered{false};
     // Stream-ordered calls on several nodes (schedule/stream_call.h): their host copies, and

@@ -72,6 +72,10 @@ typedef struct twohop_request {
     bool kinds_fixed;         /* served: a.kin/a.kout were taken when the request was made
                                  (MPI binds a request's buffers to it: a persistent request's
                                  starts do not ask the driver again); else at each start */
+    bool views_fixed;         /* served persistent: a.in/a.out from the first start hold for
+                                 every start (host memory read in place: plain pointers, no
+                                 staging copy, no convertor state), so later starts skip
+                                 prepare_buffers */
     ompi_request_t *inner;    /* staged: the previous module's request */
     staging fin, fout;        /* staged: host copies of the send / receive buffers */
     int kin, kout;            /* staged: memory kinds of the user's buffers */
@@ -275,11 +279,19 @@ static int start_one(twohop_request *r) {
         return MPI_SUCCESS;
     }
     const bool in_place = r->sbuf == MPI_IN_PLACE;
-    if (!r->kinds_fixed) {
+    if (!r->kinds_fixed) { /* a request routed at its first start (made before the set-up) */
         r->a.kout = twohop_memory_kind(r->rbuf);
         r->a.kin = in_place ? r->a.kout : twohop_memory_kind(r->sbuf);
+        r->kinds_fixed = r->persistent; /* its buffers are bound to it, as at creation */
     }
-    int rc = prepare_buffers(&r->a, r->sbuf, r->rbuf, r->count, r->dtype);
+    int rc = TWOHOP_OK;
+    if (!r->views_fixed) {
+        rc = prepare_buffers(&r->a, r->sbuf, r->rbuf, r->count, r->dtype);
+        r->views_fixed = r->persistent && rc == TWOHOP_OK && r->kinds_fixed &&
+                         r->a.kin == TWOHOP_KIND_HOST && r->a.kout == TWOHOP_KIND_HOST &&
+                         r->a.in.direct != NULL && r->a.out.direct != NULL &&
+                         r->a.sin.host == NULL && r->a.sout.host == NULL;
+    }
     log_call(r->m, r->persistent ? "persistent allreduce start" : "iallreduce", &r->a, in_place);
     __atomic_add_fetch(r->persistent ? &twohop_persistent_starts : &twohop_nonblocking_calls, 1,
                        __ATOMIC_RELAXED);
@@ -363,6 +375,7 @@ static void init_request(twohop_request *r, twohop_module *m, req_kind kind, boo
     r->next = NULL;
     r->failed_err = MPI_SUCCESS;
     r->kinds_fixed = false;
+    r->views_fixed = false;
     OBJ_RETAIN(m->comm);
     OBJ_RETAIN(dtype);
     OBJ_RETAIN(op);

@@ -437,7 +437,12 @@ int submit_job(twohop_comm *c, std::unique_ptr<Job> job, twohop_done_fn done, vo
     q->ctx = ctx;
     q->job = std::move(job);
     q->async_ok = q->job != nullptr && async_ok;
-    q->lazy = q->job != nullptr && q->job->reserved_first_seq() == 0;
+    // Counted only where its one reader may look (a stream-ordered call on several nodes that
+    // may vote on its calling thread: stream_call.cpp); fixed at set-up, and each call's flag
+    // keeps its increment and decrement paired. Elsewhere the count's two atomic
+    // read-modify-writes per call are spared (docs/perf.md).
+    q->lazy = q->job != nullptr && q->job->reserved_first_seq() == 0 && c->gpu_round &&
+              c->stream_on_device && c->topo.n_nodes() > 1;
     if (q->lazy) c->lazy_jobs.fetch_add(1, std::memory_order_relaxed);
     const bool held = held_by_this_thread(c);
     if (held || !first_pass) {

@@ -56,7 +56,8 @@ struct QueuedCall {
     void *ctx = nullptr;
     bool started = false;
     bool async_ok = false;      // the proxy thread may advance it (engine.cpp: async_safe)
-    bool lazy = false;          // counted in twohop_comm::lazy_jobs until it finishes
+    bool lazy = false;          // counted in twohop_comm::lazy_jobs until it finishes (where
+                                // that count is kept: submit_job)
     int result = TWOHOP_OK;     // final status once in twohop_comm::completed
     uint64_t steps_seen = 0;    // job->steps() at the last check (timeouts)
     CoarseClock::time_point since{}; // last step (coll_twohop_timeout; coarse_clock.h)
