@@ -43,6 +43,7 @@ template <typename T, int N = TWOHOP_OBJECT_CACHE_SLOTS> class ObjectCache {
         if constexpr (N > 0) {
             Slots &s = slots();
             if (bytes == sizeof(T) && s.n < N) {
+                if (!s.cleanup_registered) register_cleanup(s);
                 s.p[s.n++] = p;
                 return;
             }
@@ -51,16 +52,31 @@ template <typename T, int N = TWOHOP_OBJECT_CACHE_SLOTS> class ObjectCache {
     }
 
   private:
+    /* Plain data, zero-initialised: an access is one thread-local lookup. A thread_local with a
+     * destructor costs a second one (its guard) on every access, which in this dlopen'ed
+     * component is a call into the dynamic loader each (docs/perf.md); the destructor is
+     * registered instead by the thread's first put. */
     struct Slots {
         void *p[N > 0 ? N : 1];
-        int n = 0;
-        ~Slots() {
-            while (n > 0) ::operator delete(p[--n]);
+        int n;
+        bool cleanup_registered;
+    };
+    /* Frees what the thread keeps when it ends. */
+    struct Cleanup {
+        Slots *s;
+        ~Cleanup() {
+            while (s->n > 0) ::operator delete(s->p[--s->n]);
+            s->cleanup_registered = false;
         }
     };
     static Slots &slots() noexcept {
-        thread_local Slots s;
+        static thread_local Slots s;
         return s;
+    }
+    static void register_cleanup(Slots &s) noexcept {
+        static thread_local Cleanup c{&s};
+        (void)c;
+        s.cleanup_registered = true;
     }
 };
 
