@@ -20,6 +20,16 @@
  *                  a null pointer: the crash report must be Open MPI's alone
  *   manycomms N    N duplicates of MPI_COMM_WORLD alive at once, a 2.4 MB allreduce on each
  *                  (exact results whether twohop served or fell back)
+ *   deferred_fallback (run with an agreed parameter that differs between the ranks, so every
+ *                  set-up ends in a fallback) on a fresh communicator, MPI_Iallreduce (its
+ *                  set-up starts in the background), then a second call -- a persistent
+ *                  allreduce initialised and started, or another MPI_Iallreduce -- made before
+ *                  the first call's MPI_Wait on even ranks and after it on odd ranks (which
+ *                  start 200 ms late), so before or after each rank saw its set-up end; then a blocking MPI_Allreduce and
+ *                  another MPI_Iallreduce. Each call must end alike on every rank (an error, or
+ *                  the exact sum), and the last two with the sum. (The second call failed on
+ *                  even ranks and went to the previous component on odd ones, which then
+ *                  waited forever.)
  * Exit status 0 on success; failures are printed as "FAIL ...".
  */
 #include <mpi.h>
@@ -27,7 +37,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "allreduce_init.h"
 #include "twohop_pvars.h"
 
 static int rank, size;
@@ -341,6 +353,85 @@ static int mode_manycomms(int n) {
     return 0;
 }
 
+/* 0: success with the exact sum of rank + i, 1: an MPI error, 2: a wrong sum. */
+static int outcome(int rc, const int *out, int n) {
+    if (rc != MPI_SUCCESS) return 1;
+    for (int i = 0; i < n; i++) {
+        if (out[i] != size * (size - 1) / 2 + size * i) return 2;
+    }
+    return 0;
+}
+
+/* The calls' outcomes must be one per call on every rank, never a wrong sum; `want_ok`: the
+ * calls from that index on must succeed. */
+static void same_everywhere(const char *what, const int *got, int calls, int want_ok) {
+    int *all = malloc((size_t)size * calls * sizeof(int));
+    MPI_Allgather(got, calls, MPI_INT, all, calls, MPI_INT, MPI_COMM_WORLD);
+    for (int k = 0; k < calls; k++) {
+        for (int r = 0; r < size; r++) {
+            const int o = all[r * calls + k];
+            if (o == 2) FAIL("%s: call %d: wrong sum on rank %d", what, k + 1, r);
+            if (o != all[k]) {
+                FAIL("%s: call %d: rank %d %s, rank 0 %s", what, k + 1, r,
+                     o ? "failed" : "succeeded", all[k] ? "failed" : "succeeded");
+            }
+            if (k >= want_ok && o != 0) FAIL("%s: call %d failed on rank %d", what, k + 1, r);
+        }
+    }
+    if (rank == 0) {
+        printf("deferred_fallback %s:", what);
+        for (int k = 0; k < calls; k++) printf(" call %d %s", k + 1, all[k] ? "error" : "sum");
+        printf("\n");
+    }
+    free(all);
+}
+
+static int mode_deferred_fallback(void) {
+    enum { N = 1000 };
+    static int in[N], out[4][N];
+    for (int i = 0; i < N; i++) in[i] = rank + i;
+    for (int persistent = 0; persistent < 2; persistent++) {
+#ifndef TEST_ALLREDUCE_INIT
+        if (persistent) break;
+#endif
+        MPI_Comm c;
+        MPI_Comm_dup(MPI_COMM_WORLD, &c);
+        MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
+        int got[4];
+        MPI_Request first, second = MPI_REQUEST_NULL;
+        /* Odd ranks late: the even ranks' set-up cannot end before their second call. */
+        if (rank % 2) usleep(200000);
+        int rc1 = MPI_Iallreduce(in, out[0], N, MPI_INT, MPI_SUM, c, &first);
+        int rc2 = MPI_SUCCESS;
+        for (int pass = 0; pass < 2; pass++) {
+            if (pass == rank % 2) { /* even ranks: before the first call's wait; odd: after */
+#ifdef TEST_ALLREDUCE_INIT
+                if (persistent) {
+                    rc2 = TEST_ALLREDUCE_INIT(in, out[1], N, MPI_INT, MPI_SUM, c, MPI_INFO_NULL,
+                                              &second);
+                    if (rc2 == MPI_SUCCESS) rc2 = MPI_Start(&second);
+                }
+#endif
+                if (!persistent) rc2 = MPI_Iallreduce(in, out[1], N, MPI_INT, MPI_SUM, c, &second);
+            } else if (rc1 == MPI_SUCCESS) {
+                rc1 = MPI_Wait(&first, MPI_STATUS_IGNORE);
+            }
+        }
+        if (rc2 == MPI_SUCCESS) rc2 = MPI_Wait(&second, MPI_STATUS_IGNORE);
+        if (persistent && second != MPI_REQUEST_NULL) MPI_Request_free(&second);
+        got[0] = outcome(rc1, out[0], N);
+        got[1] = outcome(rc2, out[1], N);
+        got[2] = outcome(MPI_Allreduce(in, out[2], N, MPI_INT, MPI_SUM, c), out[2], N);
+        MPI_Request last;
+        int rc4 = MPI_Iallreduce(in, out[3], N, MPI_INT, MPI_SUM, c, &last);
+        if (rc4 == MPI_SUCCESS) rc4 = MPI_Wait(&last, MPI_STATUS_IGNORE);
+        got[3] = outcome(rc4, out[3], N);
+        same_everywhere(persistent ? "persistent" : "non-blocking", got, 4, 2);
+        MPI_Comm_free(&c);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -360,6 +451,8 @@ int main(int argc, char **argv) {
         mode_killsetup();
     } else if (!strcmp(mode, "crash")) {
         mode_crash();
+    } else if (!strcmp(mode, "deferred_fallback")) {
+        mode_deferred_fallback();
     } else if (!strcmp(mode, "manycomms")) {
         mode_manycomms(argc > 2 ? atoi(argv[2]) : 12);
     } else {

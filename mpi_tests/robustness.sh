@@ -27,6 +27,10 @@
 #   crash                a rank dereferences NULL after twohop used UCX: Open MPI's report only,
 #                        no UCX backtrace ("==== backtrace")
 #   stale                a segment of a dead twohop process in /dev/shm is removed (and said so)
+#   deferred_fallback    coll_twohop_pipeline_depth differs between the two ranks (MPMD), so
+#                        every set-up ends in a fallback: calls made while a set-up started by
+#                        MPI_Iallreduce ran, before and after each rank saw its end, must end
+#                        alike on every rank (robustness.c deferred_fallback), within 60 s
 #   shm64                a private 64 MiB /dev/shm (needs root and unshare; else skipped, 77):
 #                        12 live communicators of 4 ranks: exact results, twohop serves what
 #                        fits, one notice per process for the rest
@@ -107,6 +111,22 @@ selection_silent)
     grep -q "has waited 10 s for rank 0" "$out" || fail "no notice naming rank 0 after 10 s"
     grep -q "coll_twohop_priority differ" "$out" || fail "the notice does not say what to check"
     echo "selection_silent: notice, then failed after $took s"
+    ;;
+deferred_fallback)
+    sysdir=$(ompi_info --parsable --path pkglibdir | cut -d: -f3)
+    path="$(cd "$build/coll" && pwd):$sysdir"
+    rc=0
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout -k 5 60 \
+        mpirun --oversubscribe --bind-to none --mca coll twohop,tuned,basic,libnbc,self \
+        --mca mca_base_component_path "$path" \
+        -np 1 env OMPI_MCA_coll_twohop_pipeline_depth=2 "$prog" deferred_fallback : \
+        -np 1 env OMPI_MCA_coll_twohop_pipeline_depth=4 "$prog" deferred_fallback \
+        >"$out" 2>&1 || rc=$?
+    [[ $rc -ne 124 && $rc -ne 137 ]] || fail "a call hung (rc $rc)"
+    [[ $rc -eq 0 ]] || fail "exit $rc"
+    grep -q "robustness deferred_fallback: OK" "$out" || fail "no OK line"
+    grep -q "ended in a fallback" "$out" || fail "the set-up did not fail as arranged"
+    grep "^deferred_fallback" "$out"
     ;;
 vnode_shm_dead_peer)
     start=$SECONDS

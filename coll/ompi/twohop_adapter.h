@@ -68,6 +68,13 @@ typedef struct twohop_module {
      * the progress callback resumes. setup_lock guards all four. */
     twohop_fiber *setup_fiber;
     int deferred_state; /* the fiber's outcome (as setup_state), published after the flush */
+    /* 1 from the end of a set-up that a non-blocking or persistent call started and that ended
+     * in a fallback, until the next blocking call that reads the set-up's outcome: the
+     * non-blocking and persistent calls made meanwhile fail (route_call: CALL_FAILED), as the
+     * calls that waited for the set-up do -- which calls waited depends on when each rank saw
+     * the end, the window's end on the call sequence only (every rank's blocking call finishes
+     * the set-up first). Set before setup_state is published, cleared by the calling thread. */
+    int fallback_window;
     struct twohop_request *pending_head, *pending_tail;
     struct twohop_module *next_deferred;
     opal_mutex_t setup_lock;
@@ -133,7 +140,7 @@ typedef struct call_args {
     staging sin, sout;
 } call_args;
 
-/* call_route (CALL_EMPTY, CALL_SERVE, CALL_FALLBACK, CALL_BROKEN, CALL_DEFER) and the rules
+/* call_route (CALL_EMPTY, CALL_SERVE, CALL_FALLBACK, CALL_BROKEN, CALL_DEFER, CALL_FAILED) and the rules
  * behind it are the front ends' shared policy (front/policy.h). CALL_DEFER here: twohop would
  * serve the call once the communicator's set-up, running in a fiber (or not started and
  * allowed to start there), is done. */

@@ -117,6 +117,18 @@ call_route route_call(twohop_module *m, int count, ompi_datatype_t *dtype, ompi_
         if (m->setup_state == 0) (void)twohop_module_setup(m, &m->setup_state);
         state = m->setup_state;
     }
+    if (state == -1 && __atomic_load_n(&m->fallback_window, __ATOMIC_RELAXED)) {
+        if (defer) {
+            *why = "non-blocking and persistent allreduce fail on this communicator until its "
+                   "next blocking MPI_Allreduce: its set-up, started by a non-blocking or "
+                   "persistent call, ended in a fallback, and a call another rank started before "
+                   "its set-up ended cannot be handed to the previous component any more";
+            return CALL_FAILED;
+        }
+        /* A blocking call: every rank has seen the set-up's end by this call (it finished the
+         * set-up above, or earlier), so from here every rank hands calls back alike. */
+        __atomic_store_n(&m->fallback_window, 0, __ATOMIC_RELAXED);
+    }
     return route_setup(m, count, a, why, state);
 }
 

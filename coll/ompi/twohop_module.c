@@ -43,6 +43,7 @@ static void module_construct(twohop_module *m) {
     m->error_reported = 0;
     m->setup_fiber = NULL;
     m->deferred_state = 0;
+    m->fallback_window = 0;
     m->pending_head = m->pending_tail = NULL;
     m->next_deferred = NULL;
     OBJ_CONSTRUCT(&m->setup_lock, opal_mutex_t);

@@ -520,6 +520,8 @@ static void flush_pending(twohop_module *m) {
         (void)start_one(r);
         r = next;
     }
+    /* Before the outcome: a call that sees the fallback also sees the window (route_call). */
+    if (m->deferred_state == -1) __atomic_store_n(&m->fallback_window, 1, __ATOMIC_RELAXED);
     /* Published last: a blocking call that sees it finds every waiting call queued. */
     __atomic_store_n(&m->setup_state, m->deferred_state, __ATOMIC_RELEASE);
 }
@@ -614,7 +616,11 @@ static int deferred_request(twohop_module *m, bool persistent, const void *sbuf,
     if (m->setup_state == 0) {
         m->setup_fiber = twohop_fiber_new(setup_body, m);
         if (m->setup_fiber == NULL) { /* no stack: the set-up runs here, blocking */
-            (void)twohop_module_setup(m, &m->setup_state);
+            int state = 0;
+            (void)twohop_module_setup(m, &state);
+            /* As if deferred: other ranks' calls may be waiting for their set-up's end. */
+            if (state == -1) __atomic_store_n(&m->fallback_window, 1, __ATOMIC_RELAXED);
+            __atomic_store_n(&m->setup_state, state, __ATOMIC_RELEASE);
         } else {
             m->deferred_state = 0;
             m->setup_state = 2;
@@ -697,7 +703,8 @@ static int create(const void *sbuf, void *rbuf, int count, ompi_datatype_t *dtyp
         memset(&r->a, 0, sizeof(r->a));
         route = route_call(m, count, dtype, op, &r->a, &why, true);
     }
-    if (r != NULL && route != CALL_SERVE && (route != CALL_EMPTY || !persistent)) {
+    if (r != NULL && route != CALL_SERVE && route != CALL_FAILED &&
+        (route != CALL_EMPTY || !persistent)) {
         opal_free_list_return(&request_pool, &r->nbc.super.super);
         r = NULL;
     }
@@ -705,6 +712,17 @@ static int create(const void *sbuf, void *rbuf, int count, ompi_datatype_t *dtyp
         return deferred_request(m, persistent, sbuf, rbuf, count, dtype, op, info, request);
     }
     if (route == CALL_BROKEN) return MPI_ERR_OTHER; /* reported once in set-up */
+    if (route == CALL_FAILED) { /* completes with an error, as the calls that waited did */
+        init_request(r, m, REQ_FAILED, persistent, sbuf, rbuf, count, dtype, op);
+        r->failed_err = MPI_ERR_OTHER;
+        report_failure(m, why);
+        *request = &r->nbc.super;
+        if (persistent) {
+            r->nbc.super.req_state = OMPI_REQUEST_INACTIVE;
+            return MPI_SUCCESS;
+        }
+        return start_one(r);
+    }
     if (route == CALL_FALLBACK) {
         const bool staged = kin != TWOHOP_KIND_HOST || kout != TWOHOP_KIND_HOST;
         if (!internal) log_fallback(m, why, staged); /* internal: not the application's call */
