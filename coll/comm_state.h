@@ -165,16 +165,15 @@ struct twohop_comm {
     std::mutex incoming_mutex;
     std::vector<twohop::QueuedCall *> incoming;
     std::atomic<bool> has_incoming{false};
-    // Calls of this communicator queued, incoming or completed and not yet delivered, and
-    // whether it is in the engine's registry: a starting call takes the registry's mutex only
-    // when it is not (the proxy may hold that mutex for a long pass over other communicators).
-    std::atomic<long> inflight{0};
     // Queued calls that take their sequence numbers from `seq` when they start (every job but
     // reserved ones, job.h: reserved_first_seq): incremented by the starting thread, decremented
     // when the call finishes. At 0 the calling thread owns `seq` (gpu_node.h: gpu_stream_posted).
     // Kept only where that is asked (several nodes, gpu_round, stream_on_device: engine.cpp,
     // submit_job); 0 elsewhere.
     std::atomic<long> lazy_jobs{0};
+    // Whether it is in the engine's registry: a starting call takes the registry's mutex only
+    // when it is not (the proxy may hold that mutex for a long pass over other communicators).
+    // Cleared by progress_all under the engine lock (engine.cpp).
     std::atomic<bool> registered{false};
     // Stream-ordered calls on several nodes (schedule/stream_call.h): their host copies, and
     // the token of the last one (increasing; the stream and the host compare against it).

@@ -1,8 +1,9 @@
 /*
  * iallreduce_multi: many non-blocking and persistent allreduces in flight at once.
  *
- * Communicators: MPI_COMM_WORLD, a duplicate, the reversed order, and (np >= 4) the halves of
- * an even/odd split. Each is first used by one blocking call (twohop's set-up is blocking and
+ * Communicators: MPI_COMM_WORLD, a duplicate, the reversed order, (np >= 4) the halves of
+ * an even/odd split, and three more duplicates (more than the 4 idle communicators the engine
+ * keeps registered: they leave the registry and come back). Each is first used by one blocking call (twohop's set-up is blocking and
  * collective; see docs/design.md). Then, on every rank, checked exactly (integer sums):
  *   outstanding  K = 4 MPI_Iallreduce per communicator in flight on all communicators at once,
  *                sizes mixing the latency path and several pipeline segments; even ranks start
@@ -32,7 +33,7 @@
 #include "twohop_pvars.h"
 
 #define K 4
-#define MAXC 5
+#define MAXC 8
 
 static const int counts[K] = {3, 1000, 70000, 300001}; /* ints: latency path .. 5 segments */
 static int failures;
@@ -80,6 +81,9 @@ int main(int argc, char **argv) {
     MPI_Comm_dup(MPI_COMM_WORLD, &comms[nc++]);
     MPI_Comm_split(MPI_COMM_WORLD, 0, wsize - wrank, &comms[nc++]);
     if (wsize >= 4) MPI_Comm_split(MPI_COMM_WORLD, wrank % 2, wrank, &comms[nc++]);
+    /* More communicators than the engine keeps registered while idle (4): they leave its
+     * registry between rounds and come back with their next call. */
+    for (int d = 0; d < 3; d++) MPI_Comm_dup(MPI_COMM_WORLD, &comms[nc++]);
     int p[MAXC], *wr[MAXC];
     for (int c = 0; c < nc; c++) {
         MPI_Comm_size(comms[c], &p[c]);

@@ -196,7 +196,9 @@ if [[ $mode == ab ]]; then
     [[ -f ${AB_PATCH:-} ]] || { echo "gpu_check: mode ab needs AB_PATCH (a patch file)"; exit 1; }
     patchfile=$(realpath "$AB_PATCH")
     oldsrc=/tmp/ab-old-src oldbuild=/tmp/build-ab-old
-    rm -rf $oldsrc && mkdir -p $oldsrc && tar --exclude=./.debs --exclude=./.cache -cf - . |
+    # A fresh old build each time: the copy keeps the tree's file times, which may be older than
+    # the objects of an earlier run's old build from other sources (ninja would keep those).
+    rm -rf $oldsrc $oldbuild && mkdir -p $oldsrc && tar --exclude=./.debs --exclude=./.cache -cf - . |
         tar -xf - -C $oldsrc
     if ! (cd $oldsrc && patch -R -p1 -s <"$patchfile" &&
           GPU_BUILD=$oldbuild bash scripts/gpu_check.sh build >"$out/build_ab_old.txt" 2>&1); then

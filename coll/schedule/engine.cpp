@@ -37,6 +37,7 @@ constexpr int64_t kMpiDrivesNs = 20000;
 /* Advances without a step after which an MPI progress call gives up: flags move within a few
  * checks, and one pass of the MPI's whole progress engine costs far more than one check. */
 constexpr int kMpiRetries = 16;
+constexpr int kMpiPollEvery = 8;
 
 /* The starting thread of a call still pending returns to the application: the proxy thread
  * may take the calls over at once, not kMpiDrivesNs after that thread's last progress (an MPI
@@ -95,7 +96,7 @@ void finish_head(twohop_comm *c, int rc) {
     q->result = rc;
     q->job.reset(); // before done: the front end may free the buffers the job points to
     if (q->lazy) c->lazy_jobs.fetch_sub(1, std::memory_order_release);
-    if (q->async_ok) g_async_queued.fetch_sub(1, std::memory_order_release);
+    if (q->async_counted) g_async_queued.fetch_sub(1, std::memory_order_release);
     c->completed.push_back(q);
 }
 
@@ -114,7 +115,6 @@ int deliver_completed(twohop_comm *c) {
             why = status_reason(q->result);
         }
         g_queued.fetch_sub(1, std::memory_order_relaxed);
-        c->inflight.fetch_sub(1);
         // A failed call's GPU work left running where it was dropped (the proxy thread makes
         // no CUDA call outside a step's lock): it ends before the request does, since the
         // application may reuse the buffers from then on.
@@ -154,7 +154,7 @@ int advance_queue(twohop_comm *c, bool *pending, bool async_only = false,
         if (!q->started && async_only && q->job && c->gpu_hop1.enq_pending) break;
         if (!q->started) {
             q->started = true;
-            q->since = CoarseClock::now();
+            if (c->timeout_s > 0) q->since = CoarseClock::now(); // read only for the timeout
             if (c->poisoned != TWOHOP_OK) {
                 rc = TWOHOP_ERR_POISONED;
             } else if (q->job) {
@@ -171,15 +171,19 @@ int advance_queue(twohop_comm *c, bool *pending, bool async_only = false,
             // calls by the time MPI_Wait runs -- ends without a pass over the peers' words
             // (75 of the non-blocking call's ~790 extra instructions at 2 ranks, docs/perf.md).
             rc = q->job->advance();
-            if (rc == TWOHOP_PENDING) {
+            if (rc == TWOHOP_PENDING && async_only) { // the proxy: one poll per pass
                 rc = c->poll_transport();
                 if (rc == TWOHOP_OK) rc = q->job->advance();
             }
             // Inside MPI (MPI_Wait, MPI_Test, ...): drive the job on while it moves, as the
-            // blocking call does, and give up after kMpiRetries advances without a step.
+            // blocking call does, and give up after kMpiRetries advances without a step,
+            // polling the transport every kMpiPollEvery of them (a poll before the first
+            // retry and every 4th cost 3 % of a small call's time: docs/perf.md).
             for (int idle = 0; !async_only && rc == TWOHOP_PENDING && idle < kMpiRetries;) {
                 const uint64_t before = q->job->steps();
-                if ((idle + 1) % 4 == 0 && (rc = c->poll_transport()) != TWOHOP_OK) break;
+                if ((idle + 1) % kMpiPollEvery == 0 && (rc = c->poll_transport()) != TWOHOP_OK) {
+                    break;
+                }
                 rc = q->job->advance();
                 idle = q->job->steps() == before ? idle + 1 : 0;
             }
@@ -191,17 +195,21 @@ int advance_queue(twohop_comm *c, bool *pending, bool async_only = false,
             if (q->job->async_managed() && q->job->async_now() != q->async_ok) {
                 q->async_ok = !q->async_ok;
                 if (q->async_ok) {
+                    q->async_counted = true;
                     g_async_queued.fetch_add(1, std::memory_order_release);
                     kick_async();
-                } else {
+                } else if (q->async_counted) {
+                    q->async_counted = false;
                     g_async_queued.fetch_sub(1, std::memory_order_release);
                 }
             }
             if (moved && q->job->steps() != steps_before) *moved = true;
-            if (q->job->steps() != q->steps_seen || q->job->waiting_on_application()) {
+            if (c->timeout_s <= 0) {
+                // no timeout: no bookkeeping (a clock read per pass, docs/perf.md)
+            } else if (q->job->steps() != q->steps_seen || q->job->waiting_on_application()) {
                 q->steps_seen = q->job->steps();
                 q->since = CoarseClock::now();
-            } else if (c->timeout_s > 0 &&
+            } else if (
                        std::chrono::duration<double>(CoarseClock::now() - q->since).count() >
                            c->timeout_s) {
                 finish_head(c, TWOHOP_ERR_TIMEOUT);
@@ -350,12 +358,11 @@ void forget_comm(twohop_comm *c) {
         std::lock_guard<std::mutex> g(g_mutex);
         g_active.erase(std::remove(g_active.begin(), g_active.end(), c), g_active.end());
         c->registered.store(false);
-        c->inflight.store(0);
     }
     c->lazy_jobs.store(0);
     take_incoming(c);
     for (QueuedCall *q : c->queue) {
-        if (q->async_ok) g_async_queued.fetch_sub(1, std::memory_order_release);
+        if (q->async_counted) g_async_queued.fetch_sub(1, std::memory_order_release);
         delete q;
         g_queued.fetch_sub(1, std::memory_order_relaxed);
     }
@@ -384,20 +391,22 @@ int progress_all(bool async_only) {
         bool pending = true;
         if (try_lock_engine(c)) {
             completed += advance_queue(c, &pending, async_only, &moved);
-            unlock_engine(c);
-        }
-        // An idle communicator stays registered while few are (the next call then skips the
-        // registry's lock); a pass over an idle one costs a few loads, and none runs while no
-        // call is queued anywhere (g_queued).
-        if (!pending && g_active.size() > kRegisteredIdle) {
-            // Leave the registry -- unless a call was queued meanwhile by a thread that saw
-            // the communicator registered (both sides use sequentially consistent operations:
-            // one of them sees the other's write).
-            c->registered.store(false);
-            if (c->inflight.load() > 0) {
-                c->registered.store(true);
-                pending = true;
+            // An idle communicator stays registered while few are (the next call then skips
+            // the registry's lock); a pass over an idle one costs a few loads, and none runs
+            // while no call is queued anywhere (g_queued). It leaves under its engine lock: a
+            // call queued under that lock afterwards sees `registered` false and registers
+            // again (it waits for g_mutex, held here until the communicator is out). A call
+            // queued without it (`incoming`) may have seen `registered` still true: both sides
+            // use sequentially consistent operations (its has_incoming store, then its load of
+            // `registered`; this store, then this load), so one of them sees the other's write.
+            if (!pending && g_active.size() > kRegisteredIdle) {
+                c->registered.store(false);
+                if (c->has_incoming.load()) {
+                    c->registered.store(true);
+                    pending = true;
+                }
             }
+            unlock_engine(c);
         }
         if (pending || c->registered.load()) {
             ++i;
@@ -412,17 +421,16 @@ int progress_all(bool async_only) {
 /* Queues a call (engine lock held, or `incoming` without it) and registers the communicator
  * for progress. */
 static void enqueue_call(twohop_comm *c, QueuedCall *q, bool incoming = false) {
-    c->inflight.fetch_add(1);
     if (incoming) {
         std::lock_guard<std::mutex> g(c->incoming_mutex);
         c->incoming.push_back(q);
-        c->has_incoming.store(true, std::memory_order_release);
+        c->has_incoming.store(true); // sequentially consistent: see progress_all
     } else {
         take_incoming(c);
         c->queue.push_back(q);
     }
     g_queued.fetch_add(1, std::memory_order_relaxed);
-    if (q->async_ok) g_async_queued.fetch_add(1, std::memory_order_release);
+    if (q->async_counted) g_async_queued.fetch_add(1, std::memory_order_release);
     if (c->registered.load()) return; // see progress_all
     std::lock_guard<std::mutex> g(g_mutex);
     if (std::find(g_active.begin(), g_active.end(), c) == g_active.end()) g_active.push_back(c);
@@ -437,6 +445,11 @@ int submit_job(twohop_comm *c, std::unique_ptr<Job> job, twohop_done_fn done, vo
     q->ctx = ctx;
     q->job = std::move(job);
     q->async_ok = q->job != nullptr && async_ok;
+    // Counted for the proxy (it runs while counted calls are queued) only when this start may
+    // wake it: a latency-path call that does not (one node) is advanced by the proxy only while
+    // it runs for others, and its count cost two atomic read-modify-writes per call.
+    const bool held = held_by_this_thread(c);
+    q->async_counted = q->async_ok && (held || !first_pass || wake_proxy);
     // Counted only where its one reader may look (a stream-ordered call on several nodes that
     // may vote on its calling thread: stream_call.cpp); fixed at set-up, and each call's flag
     // keeps its increment and decrement paired. Elsewhere the count's two atomic
@@ -444,7 +457,6 @@ int submit_job(twohop_comm *c, std::unique_ptr<Job> job, twohop_done_fn done, vo
     q->lazy = q->job != nullptr && q->job->reserved_first_seq() == 0 && c->gpu_round &&
               c->stream_on_device && c->topo.n_nodes() > 1;
     if (q->lazy) c->lazy_jobs.fetch_add(1, std::memory_order_relaxed);
-    const bool held = held_by_this_thread(c);
     if (held || !first_pass) {
         // Started from inside the progress of a call this thread is running on the same
         // communicator (queued behind: advanced once that call has ended), or without a first

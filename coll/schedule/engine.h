@@ -56,6 +56,7 @@ struct QueuedCall {
     void *ctx = nullptr;
     bool started = false;
     bool async_ok = false;      // the proxy thread may advance it (engine.cpp: async_safe)
+    bool async_counted = false; // counted in the queued calls the proxy runs for (submit_job)
     bool lazy = false;          // counted in twohop_comm::lazy_jobs until it finishes (where
                                 // that count is kept: submit_job)
     int result = TWOHOP_OK;     // final status once in twohop_comm::completed
