@@ -684,11 +684,13 @@ static int create(const void *sbuf, void *rbuf, int count, ompi_datatype_t *dtyp
     const bool in_place = sbuf == MPI_IN_PLACE;
     const int kout = count > 0 ? twohop_memory_kind(rbuf) : TWOHOP_KIND_HOST;
     const int kin = in_place || count <= 0 ? kout : twohop_memory_kind(sbuf);
-    /* The call is routed into the request's own arguments: one zeroing of the 450-byte
-     * call_args per call instead of two and a copy (5% of a non-blocking 8-byte call's
-     * samples, docs/perf.md); a request the route does not need goes back at once. Open
-     * MPI's own calls (looks_internal) never touch the pool: they come from its progress
-     * engine, in any thread, while a communicator is made. */
+    /* The call is routed into the request's own arguments, as the blocking call routes into
+     * its stack: route_call writes what a route reads (red, base, elems_per_item; a deferred
+     * call's request is zeroed by new_request), prepare_buffers the views at the start -- no
+     * zeroing of the 450-byte call_args per call (73 of the non-blocking call's instructions,
+     * docs/perf.md); a request the route does not need goes back at once. Open MPI's own
+     * calls (looks_internal) never touch the pool: they come from its progress engine, in any
+     * thread, while a communicator is made. */
     const bool internal = looks_internal(count, dtype, op);
     twohop_request *r = NULL;
     const char *why;
@@ -700,7 +702,7 @@ static int create(const void *sbuf, void *rbuf, int count, ompi_datatype_t *dtyp
     } else {
         r = take_request();
         if (r == NULL) return OMPI_ERR_OUT_OF_RESOURCE;
-        memset(&r->a, 0, sizeof(r->a));
+        r->a.sin.host = r->a.sout.host = NULL; /* no staging copy until prepare_buffers */
         route = route_call(m, count, dtype, op, &r->a, &why, true);
     }
     if (r != NULL && route != CALL_SERVE && route != CALL_FAILED &&
