@@ -106,11 +106,12 @@ static void route_pending(twohop_request *r, int state);
 static void release_request(twohop_request *r) {
     if (r->kind == REQ_PENDING) unlink_pending(r); /* a persistent request freed unstarted */
     if (r->inner != NULL && r->inner != MPI_REQUEST_NULL) (void)ompi_request_free(&r->inner);
-    free(r->fin.host);
-    free(r->fout.host);
+    if (r->fin.host) free(r->fin.host);
+    if (r->fout.host) free(r->fout.host);
     r->fin.host = r->fout.host = NULL;
-    OBJ_RELEASE(r->dtype);
-    OBJ_RELEASE(r->op);
+    /* As retained (init_request): predefined objects never. */
+    if (!ompi_datatype_is_predefined(r->dtype)) OBJ_RELEASE(r->dtype);
+    if (!ompi_op_is_intrinsic(r->op)) OBJ_RELEASE(r->op);
     /* Through a local: OBJ_RELEASE evaluates its argument again after the destructors ran,
      * and the communicator's destructor may free r->m. */
     ompi_communicator_t *comm = r->m->comm;
@@ -377,8 +378,11 @@ static void init_request(twohop_request *r, twohop_module *m, req_kind kind, boo
     r->kinds_fixed = false;
     r->views_fixed = false;
     OBJ_RETAIN(m->comm);
-    OBJ_RETAIN(dtype);
-    OBJ_RETAIN(op);
+    /* Predefined datatypes and ops live as long as the library (Open MPI's own retain of a
+     * collective's objects skips them too, ompi_coll_base_retain_op): under
+     * MPI_THREAD_MULTIPLE their reference counts are atomics every thread's calls would share. */
+    if (!ompi_datatype_is_predefined(dtype)) OBJ_RETAIN(dtype);
+    if (!ompi_op_is_intrinsic(op)) OBJ_RETAIN(op);
 }
 
 /* A request of the given kind with no call arguments (r->a zeroed); NULL when none could be
