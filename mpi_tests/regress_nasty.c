@@ -6,7 +6,8 @@
  *              default coll_twohop_segment_bytes), every other rank one int more (erroneous in
  *              MPI). README: the call returns an error. Run over several nodes:
  *                run_mpi.sh -n 2 -v block:2 -- regress_nasty segcount
- *   timeout    rank 1 sleeps 4 s before an allreduce; with coll_twohop_timeout=1 the waiting
+ *   timeout    rank 1 sleeps 4 s before an allreduce (then again before an MPI_Iallreduce on
+ *              another communicator, waited for with MPI_Wait); with coll_twohop_timeout=1 the waiting
  *              rank must get an error after about 1 s (it does on one node):
  *                run_mpi.sh -n 2 -v block:2 -m coll_twohop_timeout=1 -- regress_nasty timeout
  *   laterfail  on a fresh duplicate per round: a correct pipeline-size allreduce (user op,
@@ -56,15 +57,30 @@ static int segcount(void) {
 
 static int timeout_mode(void) {
     int one = 1, sum = 0;
+    MPI_Comm c;
+    MPI_Comm_dup(MPI_COMM_WORLD, &c);
+    MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
     MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD); /* set-up done */
+    MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, c);
     if (rank == 1) sleep(4);
     double t = MPI_Wtime();
     int rc = MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     t = MPI_Wtime() - t;
-    const int ok = rank == 1 || (rc != MPI_SUCCESS && t < 3.0);
+    int ok = rank == 1 || (rc != MPI_SUCCESS && t < 3.0);
     printf("rank %d: rc %d after %.2f s%s\n", rank, rc, t,
            ok ? "" : ": FAIL: expected an error after about coll_twohop_timeout = 1 s");
-    return ok;
+    /* The same in MPI_Wait of an MPI_Iallreduce (the time inside MPI_Wait counts). */
+    if (rank == 1) sleep(4);
+    MPI_Request q;
+    t = MPI_Wtime();
+    rc = MPI_Iallreduce(&one, &sum, 1, MPI_INT, MPI_SUM, c, &q);
+    if (rc == MPI_SUCCESS) rc = MPI_Wait(&q, MPI_STATUS_IGNORE);
+    t = MPI_Wtime() - t;
+    const int nb_ok = rank == 1 || (rc != MPI_SUCCESS && t < 3.0);
+    printf("rank %d: MPI_Iallreduce + MPI_Wait: rc %d after %.2f s%s\n", rank, rc, t,
+           nb_ok ? "" : ": FAIL: expected an error after about coll_twohop_timeout = 1 s");
+    MPI_Comm_free(&c);
+    return ok && nb_ok;
 }
 
 static int zerostruct(void) {

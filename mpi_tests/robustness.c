@@ -20,6 +20,11 @@
  *                  a null pointer: the crash report must be Open MPI's alone
  *   manycomms N    N duplicates of MPI_COMM_WORLD alive at once, a 2.4 MB allreduce on each
  *                  (exact results whether twohop served or fell back)
+ *   idle_wait      (run with coll_twohop_timeout 2) rank 0 starts MPI_Iallreduce on two
+ *                  communicators, tests them for 0.1 s, computes 2.5 s without MPI calls, then
+ *                  waits; the other ranks start theirs 2.7 s late: a slow but correct job, which
+ *                  must end with the exact sums (the timeout counted rank 0's computing as a
+ *                  wait without progress and failed the call)
  *   deferred_fallback (run with an agreed parameter that differs between the ranks, so every
  *                  set-up ends in a fallback) on a fresh communicator, MPI_Iallreduce (its
  *                  set-up starts in the background), then a second call -- a persistent
@@ -386,6 +391,42 @@ static void same_everywhere(const char *what, const int *got, int calls, int wan
     free(all);
 }
 
+static double now_s(void) { return MPI_Wtime(); }
+
+static int mode_idle_wait(void) {
+    enum { N = 1000 };
+    static int in[N], out[2][N];
+    for (int i = 0; i < N; i++) in[i] = rank + i;
+    MPI_Comm c[2] = {MPI_COMM_WORLD, MPI_COMM_NULL};
+    MPI_Comm_dup(MPI_COMM_WORLD, &c[1]);
+    for (int k = 0; k < 2; k++) {
+        MPI_Comm_set_errhandler(c[k], MPI_ERRORS_RETURN);
+        MPI_Allreduce(in, out[k], N, MPI_INT, MPI_SUM, c[k]); /* set-up */
+    }
+    MPI_Request q[2];
+    int rc[2] = {MPI_SUCCESS, MPI_SUCCESS};
+    if (rank != 0) usleep(2700000); /* late: computing */
+    for (int k = 0; k < 2; k++) rc[k] = MPI_Iallreduce(in, out[k], N, MPI_INT, MPI_SUM, c[k], &q[k]);
+    if (rank == 0) {
+        int flag;
+        for (const double t0 = now_s(); now_s() - t0 < 0.1;) {
+            for (int k = 0; k < 2; k++) {
+                if (q[k] != MPI_REQUEST_NULL) MPI_Test(&q[k], &flag, MPI_STATUS_IGNORE);
+            }
+        }
+        usleep(2500000); /* computing, no MPI call */
+    }
+    for (int k = 0; k < 2; k++) {
+        if (rc[k] == MPI_SUCCESS) rc[k] = MPI_Wait(&q[k], MPI_STATUS_IGNORE);
+        if (outcome(rc[k], out[k], N) != 0) {
+            FAIL("idle_wait: communicator %d: %s", k, rc[k] ? "an error" : "a wrong sum");
+        }
+    }
+    MPI_Comm_free(&c[1]);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+    return 0;
+}
+
 static int mode_deferred_fallback(void) {
     enum { N = 1000 };
     static int in[N], out[4][N];
@@ -451,6 +492,8 @@ int main(int argc, char **argv) {
         mode_killsetup();
     } else if (!strcmp(mode, "crash")) {
         mode_crash();
+    } else if (!strcmp(mode, "idle_wait")) {
+        mode_idle_wait();
     } else if (!strcmp(mode, "deferred_fallback")) {
         mode_deferred_fallback();
     } else if (!strcmp(mode, "manycomms")) {

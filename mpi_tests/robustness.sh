@@ -27,6 +27,9 @@
 #   crash                a rank dereferences NULL after twohop used UCX: Open MPI's report only,
 #                        no UCX backtrace ("==== backtrace")
 #   stale                a segment of a dead twohop process in /dev/shm is removed (and said so)
+#   idle_wait [VNODES]   coll_twohop_timeout 2, asynchronous progress off: a rank that computes
+#                        2.5 s between its MPI_Iallreduce and MPI_Wait while the others start
+#                        2.7 s late must get the exact sums (robustness.c idle_wait)
 #   deferred_fallback    coll_twohop_pipeline_depth differs between the two ranks (MPMD), so
 #                        every set-up ends in a fallback: calls made while a set-up started by
 #                        MPI_Iallreduce ran, before and after each rank saw its end, must end
@@ -111,6 +114,13 @@ selection_silent)
     grep -q "has waited 10 s for rank 0" "$out" || fail "no notice naming rank 0 after 10 s"
     grep -q "coll_twohop_priority differ" "$out" || fail "the notice does not say what to check"
     echo "selection_silent: notice, then failed after $took s"
+    ;;
+idle_wait)
+    extra=()
+    [[ -n ${1:-} ]] && extra=(-v "$1")
+    "${run[@]}" -n 4 -t 60 -m coll_twohop_timeout=2 -m coll_twohop_async_progress=0 \
+        "${extra[@]}" -- "$prog" idle_wait >"$out" 2>&1 || fail "exit $?"
+    grep -q "robustness idle_wait: OK" "$out" || fail "no OK line"
     ;;
 deferred_fallback)
     sysdir=$(ompi_info --parsable --path pkglibdir | cut -d: -f3)

@@ -136,6 +136,30 @@ void take_incoming(twohop_comm *c) {
 
 void kick_async();
 
+/* A gap between two passes of threads inside MPI longer than this is time the application
+ * spent outside MPI (MPI_Wait and MPI_Test loops pass every few microseconds; the coarse clock
+ * ticks every 1-4 ms). */
+constexpr std::chrono::milliseconds kAwayGap{50};
+
+/*
+ * coll_twohop_timeout for a queued call, on a pass of a thread inside MPI that left it pending:
+ * whether it has waited that long without a step. Only time spent waiting counts, as in the
+ * blocking call, whose clock runs inside the call: a gap since the previous such pass (the
+ * application computed, or waited on something else) moves the call's clock forward, and passes
+ * of the proxy thread do not time calls out (a peer that computes is not a peer that failed).
+ */
+bool timed_out(twohop_comm *c, QueuedCall *q) {
+    const auto now = CoarseClock::now();
+    if (now - q->last_wait > kAwayGap) q->since += now - q->last_wait;
+    q->last_wait = now;
+    if (q->job->steps() != q->steps_seen || q->job->waiting_on_application()) {
+        q->steps_seen = q->job->steps();
+        q->since = now;
+        return false;
+    }
+    return std::chrono::duration<double>(now - q->since).count() > c->timeout_s;
+}
+
 /*
  * With the engine lock held: advances the queue as far as it goes without waiting. Returns
  * the number of calls that completed; *pending = whether calls remain.
@@ -154,7 +178,7 @@ int advance_queue(twohop_comm *c, bool *pending, bool async_only = false,
         if (!q->started && async_only && q->job && c->gpu_hop1.enq_pending) break;
         if (!q->started) {
             q->started = true;
-            if (c->timeout_s > 0) q->since = CoarseClock::now(); // read only for the timeout
+            if (c->timeout_s > 0) q->since = q->last_wait = CoarseClock::now(); // the timeout's
             if (c->poisoned != TWOHOP_OK) {
                 rc = TWOHOP_ERR_POISONED;
             } else if (q->job) {
@@ -204,17 +228,10 @@ int advance_queue(twohop_comm *c, bool *pending, bool async_only = false,
                 }
             }
             if (moved && q->job->steps() != steps_before) *moved = true;
-            if (c->timeout_s <= 0) {
-                // no timeout: no bookkeeping (a clock read per pass, docs/perf.md)
-            } else if (q->job->steps() != q->steps_seen || q->job->waiting_on_application()) {
-                q->steps_seen = q->job->steps();
-                q->since = CoarseClock::now();
-            } else if (
-                       std::chrono::duration<double>(CoarseClock::now() - q->since).count() >
-                           c->timeout_s) {
+            if (c->timeout_s > 0 && !async_only && timed_out(c, q)) {
                 finish_head(c, TWOHOP_ERR_TIMEOUT);
                 if (moved) *moved = true;
-                if (!async_only) completed += deliver_completed(c);
+                completed += deliver_completed(c);
                 continue;
             }
             break;

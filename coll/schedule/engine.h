@@ -61,7 +61,9 @@ struct QueuedCall {
                                 // that count is kept: submit_job)
     int result = TWOHOP_OK;     // final status once in twohop_comm::completed
     uint64_t steps_seen = 0;    // job->steps() at the last check (timeouts)
-    CoarseClock::time_point since{}; // last step (coll_twohop_timeout; coarse_clock.h)
+    CoarseClock::time_point since{}; // last step (coll_twohop_timeout; coarse_clock.h), moved
+                                     // forward by the time spent outside MPI (engine.cpp)
+    CoarseClock::time_point last_wait{}; // last pass of a thread inside MPI that found it pending
     FpEnv env = FpEnv::current(); // the starting thread's, in place around every step (fp_env.h)
 };
 
