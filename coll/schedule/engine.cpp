@@ -142,16 +142,19 @@ void kick_async();
 constexpr std::chrono::milliseconds kAwayGap{50};
 
 /*
- * coll_twohop_timeout for a queued call, on a pass of a thread inside MPI that left it pending:
- * whether it has waited that long without a step. Only time spent waiting counts, as in the
- * blocking call, whose clock runs inside the call: a gap since the previous such pass (the
- * application computed, or waited on something else) moves the call's clock forward, and passes
- * of the proxy thread do not time calls out (a peer that computes is not a peer that failed).
+ * coll_twohop_timeout for a queued call, on a pass that left it pending: whether it has waited
+ * that long without a step. Only time spent waiting counts, as in the blocking call, whose clock
+ * runs inside the call: on passes of threads inside MPI, a gap since the previous such pass
+ * (the application computed, or waited on something else) moves the call's clock forward; the
+ * proxy thread (`on_proxy`) times out only stream-ordered calls, which the application waits
+ * for on its stream, not in MPI (a peer that computes is not a peer that failed).
  */
-bool timed_out(twohop_comm *c, QueuedCall *q) {
+bool timed_out(twohop_comm *c, QueuedCall *q, bool on_proxy) {
     const auto now = CoarseClock::now();
-    if (now - q->last_wait > kAwayGap) q->since += now - q->last_wait;
-    q->last_wait = now;
+    if (!on_proxy && !q->stream_ordered) { // a stream-ordered call's wait is all the time
+        if (now - q->last_wait > kAwayGap) q->since += now - q->last_wait;
+        q->last_wait = now;
+    }
     if (q->job->steps() != q->steps_seen || q->job->waiting_on_application()) {
         q->steps_seen = q->job->steps();
         q->since = now;
@@ -228,7 +231,8 @@ int advance_queue(twohop_comm *c, bool *pending, bool async_only = false,
                 }
             }
             if (moved && q->job->steps() != steps_before) *moved = true;
-            if (c->timeout_s > 0 && !async_only && timed_out(c, q)) {
+            if (c->timeout_s > 0 && (!async_only || q->stream_ordered) &&
+                timed_out(c, q, async_only)) {
                 finish_head(c, TWOHOP_ERR_TIMEOUT);
                 if (moved) *moved = true;
                 completed += deliver_completed(c);
@@ -455,13 +459,14 @@ static void enqueue_call(twohop_comm *c, QueuedCall *q, bool incoming = false) {
 }
 
 int submit_job(twohop_comm *c, std::unique_ptr<Job> job, twohop_done_fn done, void *ctx,
-               bool async_ok, bool first_pass, bool wake_proxy) {
+               bool async_ok, bool first_pass, bool wake_proxy, bool stream_ordered) {
     auto *q = new (std::nothrow) QueuedCall();
     if (q == nullptr) return TWOHOP_ERR_NO_MEMORY;
     q->done = done;
     q->ctx = ctx;
     q->job = std::move(job);
     q->async_ok = q->job != nullptr && async_ok;
+    q->stream_ordered = stream_ordered;
     // Counted for the proxy (it runs while counted calls are queued) only when this start may
     // wake it: a latency-path call that does not (one node) is advanced by the proxy only while
     // it runs for others, and its count cost two atomic read-modify-writes per call.

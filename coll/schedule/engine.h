@@ -64,6 +64,7 @@ struct QueuedCall {
     CoarseClock::time_point since{}; // last step (coll_twohop_timeout; coarse_clock.h), moved
                                      // forward by the time spent outside MPI (engine.cpp)
     CoarseClock::time_point last_wait{}; // last pass of a thread inside MPI that found it pending
+    bool stream_ordered = false; // waited for on a CUDA stream: the proxy times it out too
     FpEnv env = FpEnv::current(); // the starting thread's, in place around every step (fp_env.h)
 };
 
@@ -117,11 +118,13 @@ void forget_comm(twohop_comm *c);
  * (driving on while it moves, as MPI progress does) and wakes the proxy after it when the call
  * is still pending and `wake_proxy`; without it (stream-ordered calls, pipeline calls the proxy
  * advances) the call returns at once and the proxy is woken when `async_ok`. `done` runs
- * exactly once, on an MPI thread (twohop_comm_iallreduce). Returns TWOHOP_OK or
- * TWOHOP_ERR_NO_MEMORY.
+ * exactly once, on an MPI thread (twohop_comm_iallreduce). `stream_ordered`: a call that the
+ * application waits for on a CUDA stream, not in MPI, so coll_twohop_timeout also runs on the
+ * proxy thread's passes (engine.cpp, timed_out). Returns TWOHOP_OK or TWOHOP_ERR_NO_MEMORY.
  */
 int submit_job(twohop_comm *c, std::unique_ptr<Job> job, twohop_done_fn done, void *ctx,
-               bool async_ok, bool first_pass = true, bool wake_proxy = true);
+               bool async_ok, bool first_pass = true, bool wake_proxy = true,
+               bool stream_ordered = false);
 
 /* Advances the queued calls of every communicator that is not busy (async_only: only heads
  * with async_ok); returns how many completed, or -1 when no job moved at all. Cheap when

@@ -188,7 +188,7 @@ int twohop_stream_enqueue_multinode(twohop_comm *c, const twohop_userbuf &in,
                                slot->index,        entry};
         auto submit = [c](std::unique_ptr<twohop::Job> job) {
             return twohop::submit_job(c, std::move(job), twohop::stream_done, nullptr, true,
-                                      false);
+                                      false, true, true);
         };
         bool on_gpu = false;
         const int rc = gpu_stream_posted(c, in, out, count, red, stream, gs, submit, &on_gpu);
@@ -289,7 +289,7 @@ int twohop_stream_enqueue_multinode(twohop_comm *c, const twohop_userbuf &in,
     std::unique_ptr<twohop::Job> job(new twohop::StreamJob(std::move(inner), slot->words, token,
                                                            start, gpu_waiting_kernel_end));
     const int rc = twohop::submit_job(c, std::move(job), twohop::stream_done, nullptr, true,
-                                      false);
+                                      false, true, true);
     if (rc != TWOHOP_OK) { // the job was dropped (its gate opened): this rank cannot take part
         std::snprintf(why, whylen, "%s", twohop::status_reason(rc));
         twohop::lock_engine(c);
