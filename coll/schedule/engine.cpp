@@ -205,7 +205,7 @@ int advance_queue(twohop_comm *c, bool *pending, bool async_only = false,
             // Inside MPI (MPI_Wait, MPI_Test, ...): drive the job on while it moves, as the
             // blocking call does, and give up after kMpiRetries advances without a step,
             // polling the transport every kMpiPollEvery of them (a poll before the first
-            // retry and every 4th cost 3 % of a small call's time: docs/perf.md).
+            // retry and every 4th cost about 2 % of a small call's time: docs/perf.md).
             for (int idle = 0; !async_only && rc == TWOHOP_PENDING && idle < kMpiRetries;) {
                 const uint64_t before = q->job->steps();
                 if ((idle + 1) % kMpiPollEvery == 0 && (rc = c->poll_transport()) != TWOHOP_OK) {
@@ -235,7 +235,7 @@ int advance_queue(twohop_comm *c, bool *pending, bool async_only = false,
                 timed_out(c, q, async_only)) {
                 finish_head(c, TWOHOP_ERR_TIMEOUT);
                 if (moved) *moved = true;
-                completed += deliver_completed(c);
+                if (!async_only) completed += deliver_completed(c); // MPI threads only
                 continue;
             }
             break;
