@@ -7,8 +7,8 @@
  *              MPI). README: the call returns an error. Run over several nodes:
  *                run_mpi.sh -n 2 -v block:2 -- regress_nasty segcount
  *   timeout    rank 1 sleeps 4 s before an allreduce (then again before an MPI_Iallreduce on
- *              another communicator, waited for with MPI_Wait); with coll_twohop_timeout=1 the waiting
- *              rank must get an error after about 1 s (it does on one node):
+ *              another communicator, waited for with MPI_Wait); with coll_twohop_timeout=1
+ *              the waiting rank must get an error after about 1 s (it does on one node):
  *                run_mpi.sh -n 2 -v block:2 -m coll_twohop_timeout=1 -- regress_nasty timeout
  *   laterfail  on a fresh duplicate per round: a correct pipeline-size allreduce (user op,
  *              500000 ints), then an erroneous one (the last rank passes one int more). Nodes

@@ -30,8 +30,8 @@
  *                  set-up starts in the background), then a second call -- a persistent
  *                  allreduce initialised and started, or another MPI_Iallreduce -- made before
  *                  the first call's MPI_Wait on even ranks and after it on odd ranks (which
- *                  start 200 ms late), so before or after each rank saw its set-up end; then a blocking MPI_Allreduce and
- *                  another MPI_Iallreduce. Each call must end alike on every rank (an error, or
+ *                  start 200 ms late), so before or after each rank saw its set-up end;
+ *                  then a blocking MPI_Allreduce and another MPI_Iallreduce. Each call must end alike on every rank (an error, or
  *                  the exact sum), and the last two with the sum. (The second call failed on
  *                  even ranks and went to the previous component on odd ones, which then
  *                  waited forever.)
@@ -406,7 +406,9 @@ static int mode_idle_wait(void) {
     MPI_Request q[2];
     int rc[2] = {MPI_SUCCESS, MPI_SUCCESS};
     if (rank != 0) usleep(2700000); /* late: computing */
-    for (int k = 0; k < 2; k++) rc[k] = MPI_Iallreduce(in, out[k], N, MPI_INT, MPI_SUM, c[k], &q[k]);
+    for (int k = 0; k < 2; k++) {
+        rc[k] = MPI_Iallreduce(in, out[k], N, MPI_INT, MPI_SUM, c[k], &q[k]);
+    }
     if (rank == 0) {
         int flag;
         for (const double t0 = now_s(); now_s() - t0 < 0.1;) {

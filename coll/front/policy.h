@@ -80,7 +80,14 @@ const char *twohop_classify(const twohop_type_facts *f, twohop_reduction *red,
  */
 /* CALL_FAILED: the call fails with an MPI error on every rank (the Open MPI adapter's calls after
  * a deferred set-up's fallback, twohop_requests.c; the shared policy never returns it). */
-typedef enum { CALL_EMPTY, CALL_SERVE, CALL_FALLBACK, CALL_BROKEN, CALL_DEFER, CALL_FAILED } call_route;
+typedef enum {
+    CALL_EMPTY,
+    CALL_SERVE,
+    CALL_FALLBACK,
+    CALL_BROKEN,
+    CALL_DEFER,
+    CALL_FAILED
+} call_route;
 
 /*
  * The half of the route decided from the count and the facts: FALLBACK for a negative count
