@@ -4,7 +4,8 @@
  * Communicators: MPI_COMM_WORLD, a duplicate, the reversed order, (np >= 4) the halves of
  * an even/odd split, and three more duplicates (more than the 4 idle communicators the engine
  * keeps registered: they leave the registry and come back). Each is first used by one
- * blocking call (twohop's set-up is blocking and collective; see docs/design.md). Then, on every rank, checked exactly (integer sums):
+ * blocking call (twohop's set-up is blocking and collective; see docs/design.md). Then, on
+ * every rank, checked exactly (integer sums):
  *   outstanding  K = 4 MPI_Iallreduce per communicator in flight on all communicators at once,
  *                sizes mixing the latency path and several pipeline segments; even ranks start
  *                them communicator by communicator, odd ranks in the reverse communicator order

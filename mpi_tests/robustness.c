@@ -31,8 +31,9 @@
  *                  allreduce initialised and started, or another MPI_Iallreduce -- made before
  *                  the first call's MPI_Wait on even ranks and after it on odd ranks (which
  *                  start 200 ms late), so before or after each rank saw its set-up end;
- *                  then a blocking MPI_Allreduce and another MPI_Iallreduce. Each call must end alike on every rank (an error, or
- *                  the exact sum), and the last two with the sum. (The second call failed on
+ *                  then a blocking MPI_Allreduce and another MPI_Iallreduce. Each call must
+ *                  end alike on every rank (an error, or the exact sum), and the last two with
+ *                  the sum. (The second call failed on
  *                  even ranks and went to the previous component on odd ones, which then
  *                  waited forever.)
  * Exit status 0 on success; failures are printed as "FAIL ...".

@@ -141,9 +141,9 @@ typedef struct call_args {
 } call_args;
 
 /* call_route (CALL_EMPTY, CALL_SERVE, CALL_FALLBACK, CALL_BROKEN, CALL_DEFER, CALL_FAILED) and
- * the rules behind it are the front ends' shared policy (front/policy.h). CALL_DEFER here: twohop would
- * serve the call once the communicator's set-up, running in a fiber (or not started and
- * allowed to start there), is done. */
+ * the rules behind it are the front ends' shared policy (front/policy.h). CALL_DEFER here:
+ * twohop would serve the call once the communicator's set-up, running in a fiber (or not
+ * started and allowed to start there), is done. */
 
 /* twohop_component.c */
 extern struct twohop_params twohop_adapter_params;
