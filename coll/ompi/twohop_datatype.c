@@ -18,7 +18,6 @@
 #include "ompi/datatype/ompi_datatype.h"
 #include "ompi/op/op.h"
 #include "opal/datatype/opal_convertor.h"
-#include "opal/threads/mutex.h"
 #include "opal/util/output.h"
 
 #include "twohop_adapter.h"
