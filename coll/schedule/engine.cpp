@@ -87,17 +87,38 @@ namespace {
  * so every request completion -- and the happens-before edge to the application's reads of
  * the result -- comes from a thread inside an MPI call.
  */
-void finish_head(twohop_comm *c, int rc) {
-    QueuedCall *q = c->queue.front();
-    c->queue.pop_front();
+void record_failure(twohop_comm *c, int rc) {
     if (rc != TWOHOP_OK && rc != TWOHOP_ERR_POISONED && c->poisoned == TWOHOP_OK) {
         c->fail(rc, status_reason(rc));
     }
+}
+
+void finish_head(twohop_comm *c, int rc) {
+    QueuedCall *q = c->queue.front();
+    c->queue.pop_front();
+    record_failure(c, rc);
     q->result = rc;
     q->job.reset(); // before done: the front end may free the buffers the job points to
     if (q->lazy) c->lazy_jobs.fetch_sub(1, std::memory_order_release);
     if (q->async_counted) g_async_queued.fetch_sub(1, std::memory_order_release);
     c->completed.push_back(q);
+}
+
+/* Runs a finished call's done function with its status and reason (MPI threads only). */
+void deliver(twohop_comm *c, twohop_done_fn done, void *ctx, int result) {
+    char poisoned[320];
+    const char *why = nullptr;
+    if (result == TWOHOP_ERR_POISONED) {
+        poisoned_message(c, poisoned, sizeof(poisoned));
+        why = poisoned;
+    } else if (result != TWOHOP_OK) {
+        why = status_reason(result);
+    }
+    // A failed call's GPU work left running where it was dropped (the proxy thread makes no
+    // CUDA call outside a step's lock): it ends before the request does, since the
+    // application may reuse the buffers from then on.
+    if (result != TWOHOP_OK && c->gpu_hop1.pending) gpu_settle(c);
+    done(ctx, result, why);
 }
 
 /* Runs the done functions of the finished calls, oldest first (MPI threads only). */
@@ -106,20 +127,8 @@ int deliver_completed(twohop_comm *c) {
     while (!c->completed.empty()) {
         std::unique_ptr<QueuedCall> q(c->completed.front());
         c->completed.pop_front();
-        char poisoned[320];
-        const char *why = nullptr;
-        if (q->result == TWOHOP_ERR_POISONED) {
-            poisoned_message(c, poisoned, sizeof(poisoned));
-            why = poisoned;
-        } else if (q->result != TWOHOP_OK) {
-            why = status_reason(q->result);
-        }
         g_queued.fetch_sub(1, std::memory_order_relaxed);
-        // A failed call's GPU work left running where it was dropped (the proxy thread makes
-        // no CUDA call outside a step's lock): it ends before the request does, since the
-        // application may reuse the buffers from then on.
-        if (q->result != TWOHOP_OK && c->gpu_hop1.pending) gpu_settle(c);
-        q->done(q->ctx, q->result, why);
+        deliver(c, q->done, q->ctx, q->result);
         ++n;
     }
     return n;
@@ -164,6 +173,75 @@ bool timed_out(twohop_comm *c, QueuedCall *q, bool on_proxy) {
 }
 
 /*
+ * With the engine lock held: one pass over the call at the head of the queue (or the call about
+ * to be, submit_job's first pass): starts it on its first pass, then advances its job -- inside
+ * MPI driving on while it moves, on the proxy once with a transport poll. Returns
+ * TWOHOP_PENDING or the call's final status.
+ */
+int step_head(twohop_comm *c, QueuedCall *q, bool async_only) {
+    int rc = TWOHOP_OK;
+    if (!q->started) {
+        q->started = true;
+        if (c->timeout_s > 0) q->since = q->last_wait = CoarseClock::now(); // the timeout's
+        if (c->poisoned != TWOHOP_OK) {
+            rc = TWOHOP_ERR_POISONED;
+        } else if (q->job) {
+            const uint64_t reserved = q->job->reserved_first_seq();
+            c->call_first_seq = reserved ? reserved : c->seq.last() + 1;
+            // A stream-ordered call still on this rank's GPU writes this rank's flags.
+            rc = gpu_enqueue_drain(c);
+        }
+    }
+    if (rc != TWOHOP_OK || !q->job) return rc;
+    FpEnvScope env(q->env); // the call's rounding, whichever thread runs this step
+    // The transport is polled (hop-2 progress, peers' failure words, liveness) when the job
+    // waits, not before it tries: a call whose flags are all there -- most small calls by the
+    // time MPI_Wait runs -- ends without a pass over the peers' words (75 of the non-blocking
+    // call's ~790 extra instructions at 2 ranks, docs/perf.md).
+    rc = q->job->advance();
+    if (rc == TWOHOP_PENDING && async_only) { // the proxy: one poll per pass
+        rc = c->poll_transport();
+        if (rc == TWOHOP_OK) rc = q->job->advance();
+    }
+    // Inside MPI (MPI_Wait, MPI_Test, ...): drive the job on while it moves, as the blocking
+    // call does, and give up after kMpiRetries advances without a step, polling the transport
+    // every kMpiPollEvery of them (a poll before the first retry and every 4th cost about 2 %
+    // of a small call's time: docs/perf.md).
+    for (int idle = 0; !async_only && rc == TWOHOP_PENDING && idle < kMpiRetries;) {
+        const uint64_t before = q->job->steps();
+        if ((idle + 1) % kMpiPollEvery == 0 && (rc = c->poll_transport()) != TWOHOP_OK) break;
+        rc = q->job->advance();
+        idle = q->job->steps() == before ? idle + 1 : 0;
+    }
+    return rc;
+}
+
+/*
+ * With the engine lock held, after step_head left the head call q pending: the proxy's share
+ * of it and its timeout. Returns true when it timed out (the caller finishes it).
+ */
+bool head_pending(twohop_comm *c, QueuedCall *q, bool async_only, uint64_t steps_before,
+                  bool *moved) {
+    // A job whose next steps became safe on the proxy thread (Job::async_now): from now on the
+    // proxy advances it too, while the application computes; until its steps need a thread
+    // inside MPI again.
+    if (q->job->async_managed() && q->job->async_now() != q->async_ok) {
+        q->async_ok = !q->async_ok;
+        if (q->async_ok) {
+            q->async_counted = true;
+            g_async_queued.fetch_add(1, std::memory_order_release);
+            kick_async();
+        } else if (q->async_counted) {
+            q->async_counted = false;
+            g_async_queued.fetch_sub(1, std::memory_order_release);
+        }
+    }
+    if (moved && q->job->steps() != steps_before) *moved = true;
+    return c->timeout_s > 0 && (!async_only || q->stream_ordered) &&
+           timed_out(c, q, async_only);
+}
+
+/*
  * With the engine lock held: advances the queue as far as it goes without waiting. Returns
  * the number of calls that completed; *pending = whether calls remain.
  */
@@ -174,75 +252,19 @@ int advance_queue(twohop_comm *c, bool *pending, bool async_only = false,
     while (!c->queue.empty()) {
         QueuedCall *q = c->queue.front();
         if (async_only && !q->async_ok) break;
-        const uint64_t steps_before = q->job ? q->job->steps() : 0;
-        int rc = TWOHOP_OK;
         // Draining a stream-ordered call still on this rank's GPU waits for the device and
         // drives the MPI's progress: threads inside MPI only.
         if (!q->started && async_only && q->job && c->gpu_hop1.enq_pending) break;
-        if (!q->started) {
-            q->started = true;
-            if (c->timeout_s > 0) q->since = q->last_wait = CoarseClock::now(); // the timeout's
-            if (c->poisoned != TWOHOP_OK) {
-                rc = TWOHOP_ERR_POISONED;
-            } else if (q->job) {
-                const uint64_t reserved = q->job->reserved_first_seq();
-                c->call_first_seq = reserved ? reserved : c->seq.last() + 1;
-                // A stream-ordered call still on this rank's GPU writes this rank's flags.
-                rc = gpu_enqueue_drain(c);
-            }
-        }
-        if (rc == TWOHOP_OK && q->job) {
-            FpEnvScope env(q->env); // the call's rounding, whichever thread runs this step
-            // The transport is polled (hop-2 progress, peers' failure words, liveness) when the
-            // job waits, not before it tries: a call whose flags are all there -- most small
-            // calls by the time MPI_Wait runs -- ends without a pass over the peers' words
-            // (75 of the non-blocking call's ~790 extra instructions at 2 ranks, docs/perf.md).
-            rc = q->job->advance();
-            if (rc == TWOHOP_PENDING && async_only) { // the proxy: one poll per pass
-                rc = c->poll_transport();
-                if (rc == TWOHOP_OK) rc = q->job->advance();
-            }
-            // Inside MPI (MPI_Wait, MPI_Test, ...): drive the job on while it moves, as the
-            // blocking call does, and give up after kMpiRetries advances without a step,
-            // polling the transport every kMpiPollEvery of them (a poll before the first
-            // retry and every 4th cost about 2 % of a small call's time: docs/perf.md).
-            for (int idle = 0; !async_only && rc == TWOHOP_PENDING && idle < kMpiRetries;) {
-                const uint64_t before = q->job->steps();
-                if ((idle + 1) % kMpiPollEvery == 0 && (rc = c->poll_transport()) != TWOHOP_OK) {
-                    break;
-                }
-                rc = q->job->advance();
-                idle = q->job->steps() == before ? idle + 1 : 0;
-            }
-        }
+        const uint64_t steps_before = q->job ? q->job->steps() : 0;
+        const int rc = step_head(c, q, async_only);
         if (rc == TWOHOP_PENDING) {
-            // A job whose next steps became safe on the proxy thread (Job::async_now): from
-            // now on the proxy advances it too, while the application computes; until its
-            // steps need a thread inside MPI again.
-            if (q->job->async_managed() && q->job->async_now() != q->async_ok) {
-                q->async_ok = !q->async_ok;
-                if (q->async_ok) {
-                    q->async_counted = true;
-                    g_async_queued.fetch_add(1, std::memory_order_release);
-                    kick_async();
-                } else if (q->async_counted) {
-                    q->async_counted = false;
-                    g_async_queued.fetch_sub(1, std::memory_order_release);
-                }
-            }
-            if (moved && q->job->steps() != steps_before) *moved = true;
-            if (c->timeout_s > 0 && (!async_only || q->stream_ordered) &&
-                timed_out(c, q, async_only)) {
-                finish_head(c, TWOHOP_ERR_TIMEOUT);
-                if (moved) *moved = true;
-                if (!async_only) completed += deliver_completed(c); // MPI threads only
-                continue;
-            }
-            break;
+            if (!head_pending(c, q, async_only, steps_before, moved)) break;
+            finish_head(c, TWOHOP_ERR_TIMEOUT);
+        } else {
+            finish_head(c, rc);
         }
-        finish_head(c, rc);
         if (moved) *moved = true;
-        if (!async_only) completed += deliver_completed(c);
+        if (!async_only) completed += deliver_completed(c); // MPI threads only
     }
     *pending = !c->queue.empty() || !c->completed.empty() ||
                c->has_incoming.load(std::memory_order_acquire);
@@ -460,8 +482,8 @@ static void enqueue_call(twohop_comm *c, QueuedCall *q, bool incoming = false) {
 
 int submit_job(twohop_comm *c, std::unique_ptr<Job> job, twohop_done_fn done, void *ctx,
                bool async_ok, bool first_pass, bool wake_proxy, bool stream_ordered) {
-    auto *q = new (std::nothrow) QueuedCall();
-    if (q == nullptr) return TWOHOP_ERR_NO_MEMORY;
+    QueuedCall call; // on the stack until it has to wait in the queue
+    QueuedCall *q = &call;
     q->done = done;
     q->ctx = ctx;
     q->job = std::move(job);
@@ -478,28 +500,66 @@ int submit_job(twohop_comm *c, std::unique_ptr<Job> job, twohop_done_fn done, vo
     // read-modify-writes per call are spared (docs/perf.md).
     q->lazy = q->job != nullptr && q->job->reserved_first_seq() == 0 && c->gpu_round &&
               c->stream_on_device && c->topo.n_nodes() > 1;
-    if (q->lazy) c->lazy_jobs.fetch_add(1, std::memory_order_relaxed);
-    if (held || !first_pass) {
-        // Started from inside the progress of a call this thread is running on the same
-        // communicator (queued behind: advanced once that call has ended), or without a first
-        // pass: queued for the proxy and MPI progress without waiting for the engine lock
-        // (its holder may be in the middle of a long pass).
-        enqueue_call(c, q, !held);
-        if (q->async_ok) {
-            if (!held) leaving_mpi();
-            kick_async();
+    if (!held && first_pass) {
+        lock_engine(c);
+        take_incoming(c);
+        (void)deliver_completed(c);
+        // Nothing queued before it: the first pass runs before the call is queued, as the
+        // blocking call's does. A call that ends in it -- a small call whose peers are there --
+        // never enters the queue or the registry (the queued call's allocation, the queue and
+        // the process's count of queued calls: ~150 of the non-blocking call's instructions,
+        // docs/perf.md).
+        const bool first = c->queue.empty();
+        const uint64_t steps_before = q->job ? q->job->steps() : 0;
+        int rc = first ? step_head(c, q, false) : TWOHOP_PENDING;
+        if (rc == TWOHOP_PENDING) {
+            q = new (std::nothrow) QueuedCall(std::move(call));
+            if (q == nullptr) { // no memory to queue it: it ends here, as a blocking call
+                q = &call;
+                if (!first) drain_queue(c); // after the calls queued before it
+                if (!q->started) rc = step_head(c, q, false);
+                if (rc == TWOHOP_PENDING) {
+                    FpEnvScope env(q->env);
+                    rc = drive(c, *q->job);
+                }
+            }
         }
+        if (rc != TWOHOP_PENDING) {
+            record_failure(c, rc);
+            q->job.reset(); // before done: the front end may free the buffers it points to
+            deliver(c, done, ctx, rc);
+            unlock_engine(c);
+            return TWOHOP_OK;
+        }
+        if (q->lazy) c->lazy_jobs.fetch_add(1, std::memory_order_relaxed);
+        enqueue_call(c, q);
+        bool pending = true;
+        if (!first) {
+            // Queued behind others: a first pass at once publishes this rank's input early,
+            // and small calls whose peers are already there complete inside the start.
+            (void)advance_queue(c, &pending);
+        } else if (head_pending(c, q, false, steps_before, nullptr)) {
+            finish_head(c, TWOHOP_ERR_TIMEOUT);
+            (void)deliver_completed(c);
+            pending = false;
+        }
+        unlock_engine(c);
+        if (pending) leaving_mpi();
+        if (pending && wake_proxy) kick_async();
         return TWOHOP_OK;
     }
-    lock_engine(c);
-    enqueue_call(c, q);
-    // A first pass at once: publishes this rank's input early, and small calls whose peers
-    // are already there complete inside the start.
-    bool pending;
-    (void)advance_queue(c, &pending);
-    unlock_engine(c);
-    if (pending) leaving_mpi();
-    if (pending && wake_proxy) kick_async();
+    // Started from inside the progress of a call this thread is running on the same
+    // communicator (queued behind: advanced once that call has ended), or without a first
+    // pass: queued for the proxy and MPI progress without waiting for the engine lock (its
+    // holder may be in the middle of a long pass).
+    q = new (std::nothrow) QueuedCall(std::move(call));
+    if (q == nullptr) return TWOHOP_ERR_NO_MEMORY;
+    if (q->lazy) c->lazy_jobs.fetch_add(1, std::memory_order_relaxed);
+    enqueue_call(c, q, !held);
+    if (q->async_ok) {
+        if (!held) leaving_mpi();
+        kick_async();
+    }
     return TWOHOP_OK;
 }
 

@@ -43,7 +43,7 @@ template <typename T, int N = TWOHOP_OBJECT_CACHE_SLOTS> class ObjectCache {
         if constexpr (N > 0) {
             Slots &s = slots();
             if (bytes == sizeof(T) && s.n < N) {
-                if (!s.cleanup_registered) register_cleanup(s);
+                if (__builtin_expect(!s.cleanup_registered, 0)) register_cleanup(s);
                 s.p[s.n++] = p;
                 return;
             }
@@ -71,9 +71,14 @@ template <typename T, int N = TWOHOP_OBJECT_CACHE_SLOTS> class ObjectCache {
     };
     static Slots &slots() noexcept {
         static thread_local Slots s;
-        return s;
+        // The address as an opaque value: GCC otherwise recomputes a thread-local's address
+        // (another __tls_get_addr call) at each use after a branch instead of keeping it.
+        Slots *p = &s;
+        asm("" : "+r"(p));
+        return *p;
     }
-    static void register_cleanup(Slots &s) noexcept {
+    /* Out of line, off the path of every put. */
+    __attribute__((noinline, cold)) static void register_cleanup(Slots &s) noexcept {
         static thread_local Cleanup c{&s};
         (void)c;
         s.cleanup_registered = true;
