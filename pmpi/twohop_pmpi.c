@@ -744,7 +744,8 @@ static int allreduce_impl(const void *sbuf, void *rbuf, int count, MPI_Datatype 
         memset(&vin, 0, sizeof(vin));
     }
     if (in_place) memset(&vin, 0, sizeof(vin));
-    char fail_why[256] = "";
+    char fail_why[256];
+    fail_why[0] = '\0'; /* (not "" as initialiser: that zeroes all 256 bytes per call) */
     if (rc != TWOHOP_OK) {
         snprintf(fail_why, sizeof(fail_why), "converting a buffer of a non-canonical layout "
                                              "through MPI_Pack/MPI_Unpack failed");

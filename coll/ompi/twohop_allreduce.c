@@ -204,7 +204,8 @@ static int allreduce_impl(const void *sbuf, void *rbuf, int count, ompi_datatype
     }
     int rc = prepare_buffers(&a, sbuf, rbuf, count, dtype);
     log_call(m, enqueue ? "stream-ordered allreduce" : "allreduce", &a, in_place);
-    char fail_why[256] = "";
+    char fail_why[256];
+    fail_why[0] = '\0'; /* (not "" as initialiser: that zeroes all 256 bytes per call) */
     if (rc == TWOHOP_OK && enqueue) { /* stays on the stream, or completes blocking */
         int enqueued = 0;
         rc = twohop_comm_allreduce_enqueue(m->core, &a.in, &a.out, a.n, &a.red, stream,
