@@ -718,17 +718,6 @@ static int create(const void *sbuf, void *rbuf, int count, ompi_datatype_t *dtyp
         return deferred_request(m, persistent, sbuf, rbuf, count, dtype, op, info, request);
     }
     if (route == CALL_BROKEN) return MPI_ERR_OTHER; /* reported once in set-up */
-    if (route == CALL_FAILED) { /* completes with an error, as the calls that waited did */
-        init_request(r, m, REQ_FAILED, persistent, sbuf, rbuf, count, dtype, op);
-        r->failed_err = MPI_ERR_OTHER;
-        report_failure(m, why);
-        *request = &r->nbc.super;
-        if (persistent) {
-            r->nbc.super.req_state = OMPI_REQUEST_INACTIVE;
-            return MPI_SUCCESS;
-        }
-        return start_one(r);
-    }
     if (route == CALL_FALLBACK) {
         const bool staged = kin != TWOHOP_KIND_HOST || kout != TWOHOP_KIND_HOST;
         if (!internal) log_fallback(m, why, staged); /* internal: not the application's call */
@@ -745,10 +734,16 @@ static int create(const void *sbuf, void *rbuf, int count, ompi_datatype_t *dtyp
         *request = &ompi_request_empty;
         return MPI_SUCCESS;
     }
-    init_request(r, m, route == CALL_EMPTY ? REQ_EMPTY : REQ_SERVED, persistent, sbuf, rbuf,
-                 count, dtype, op);
-    if (route == CALL_SERVE) {
-        /* Classification once; the views are rebuilt at every start (prepare_buffers). The
+    const req_kind kind = route == CALL_EMPTY    ? REQ_EMPTY
+                          : route == CALL_FAILED ? REQ_FAILED
+                                                 : REQ_SERVED;
+    init_request(r, m, kind, persistent, sbuf, rbuf, count, dtype, op);
+    if (route == CALL_FAILED) { /* completes with an error, as the calls that waited did */
+        r->failed_err = MPI_ERR_OTHER;
+        report_failure(m, why);
+    } else if (route == CALL_SERVE) {
+        /* Classification once; the views at the starts (prepare_buffers; a persistent request
+         * on host memory read in place keeps its first start's: start_one). The
          * reduction's user context must point into the request, which outlives the call. */
         if (r->a.red.op == TWOHOP_OP_USER) r->a.red.user_ctx = &r->a.uctx;
         r->a.kin = kin;
