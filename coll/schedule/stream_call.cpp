@@ -279,6 +279,10 @@ int twohop_stream_enqueue_multinode(twohop_comm *c, const twohop_userbuf &in,
     h.direct = slot->host;
     std::unique_ptr<twohop::Job> inner = twohop::make_job(c, h, h, count, red);
     std::function<int()> start;
+    // The vote as the StreamJob's start, not the inner job's Job::decline_first: the start
+    // runs when the job starts, before the application's stream reaches the call, so the
+    // node's other ranks get this rank's "no" without waiting for its producer; the inner job
+    // begins only after the stream arrived.
     if (c->gpu_round && pipeline && !voted) {
         start = [c, h, count, red]() -> int {
             bool gpu = false;
