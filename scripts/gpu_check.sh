@@ -100,7 +100,9 @@
 #   host: the host-memory table (scripts/bench_table.sh: twohop, tuned, han, two virtual nodes,
 #         copy bound) at 8 and 16 ranks, as docs/perf.md's 16-core section.
 #   ab: the host forms of this tree against another version of the component: AB_PATCH (a
-#       patch file in the tree, e.g. `git diff OLD HEAD -- coll > ab.patch`) reversed gives the
+#       patch file in the tree, e.g. `git diff OLD HEAD -- coll > ab.patch`, made where the
+#       history is current and carried with the tree: the GPU machine's copy of the history may
+#       end before its files do; an empty patch is refused) reversed gives the
 #       old tree, built into /tmp/build-ab-old beside GPU_BUILD; then `forms_bench AB_MAX
 #       AB_ITERS` (default 1024 2000, the same test binary) at AB_NPS ranks (default "8 16"),
 #       AB_ROUNDS rounds (default 3) of old, new and, with AB_NOGPU=1, new with
@@ -194,6 +196,7 @@ grep -E "CUDA device buffers|Open MPI|UCX" "$out/setup.log" | head -3
 # --- mode ab: this tree's host forms against the tree with AB_PATCH reversed (header).
 if [[ $mode == ab ]]; then
     [[ -f ${AB_PATCH:-} ]] || { echo "gpu_check: mode ab needs AB_PATCH (a patch file)"; exit 1; }
+    [[ -s $AB_PATCH ]] || { echo "gpu_check: AB_PATCH is empty: old and new would be one tree"; exit 1; }
     patchfile=$(realpath "$AB_PATCH")
     oldsrc=/tmp/ab-old-src oldbuild=/tmp/build-ab-old
     # A fresh old build each time: the copy keeps the tree's file times, which may be older than
