@@ -507,7 +507,7 @@ int submit_job(twohop_comm *c, std::unique_ptr<Job> job, twohop_done_fn done, vo
         // Nothing queued before it: the first pass runs before the call is queued, as the
         // blocking call's does. A call that ends in it -- a small call whose peers are there --
         // never enters the queue or the registry (the queued call's allocation, the queue and
-        // the process's count of queued calls: ~150 of the non-blocking call's instructions,
+        // the process's count of queued calls: ~175 of the non-blocking call's instructions,
         // docs/perf.md).
         const bool first = c->queue.empty();
         const uint64_t steps_before = q->job ? q->job->steps() : 0;
