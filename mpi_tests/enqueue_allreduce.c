@@ -4,13 +4,17 @@
  * enqueue_kernels.cu.
  *
  * usage: enqueue_allreduce [--expect-enqueued | --expect-enqueued-multinode [--expect-on-device]]
- *        enqueue_allreduce sizes [--max-bytes N]
+ *        enqueue_allreduce sizes [--max-bytes N] [--idle-probe]
  *          per message size (8 B .. N, default 256 MiB, x4, N last): how long the enqueue call takes to
  *          return (slowest rank, slowest of the calls), the time per call of enqueued calls back
  *          to back (stream synchronised at the end), how long a call issued on an idle
  *          stream takes to return (and the same right after an 8-byte call: return_warm),
  *          and the time per call of blocking MPI_Allreduce on the same
- *          device buffers, in one run
+ *          device buffers, in one run; --idle-probe adds the return of a call on an idle
+ *          stream 20 ms after a call of its size (return_settled) and after an 8-byte call
+ *          and a 256 MiB host-memory write (return_swept): what the previous call left
+ *          behind, its threads' tail or the host's caches; and in each of the four states
+ *          the launch of an empty kernel in the call's place (launch_i/w/set/sw)
  *        enqueue_allreduce overlap [--blocking] [--bytes N] [--calls K] [--compute-ms T]
  *                                  [--blocks-per-sm B]
  *          a "compute" kernel (B blocks of 128 threads per SM, default 1, busy for T ms,
@@ -62,6 +66,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "twohop.h"
 #include "twohop_pvars.h"
@@ -531,13 +536,42 @@ static void case_event(void) {
 }
 
 /* The size table (usage above). */
+/* What precedes a timed call on the idle stream (idle_return). */
+enum idle_kind {
+    IDLE_AFTER_SAME, /* right after a call of its size (return_idle) */
+    IDLE_AFTER_SMALL, /* right after an 8-byte call (return_warm) */
+    IDLE_SETTLED,    /* a call of its size, then 20 ms asleep (return_settled, --idle-probe) */
+    IDLE_SWEPT       /* an 8-byte call, then 256 MiB of host memory written (return_swept) */
+};
+
+/* Host memory that IDLE_SWEPT writes before the call: the host's caches hold none of what the
+ * call's own code and data need afterwards. */
+static char *sweep_buf;
+static const size_t sweep_bytes = (size_t)256 << 20;
+
 /* The return time of a call of n floats issued on the idle stream s, the ranks entering
- * together (after_small: right after an 8-byte call): median of 9 of the slowest rank, s. */
-static double idle_return(float *in, float *out, int n, cudaStream_t s, bool after_small) {
+ * together, after what `kind` says: median of 9 of the slowest rank, s. floor: the launch of
+ * an empty kernel of 4 blocks (the call kernel's grid at its defaults) in the call's place,
+ * after the same (the call of its size run first, untimed): what any stream-ordered work pays
+ * the driver in that state. */
+static double idle_return(float *in, float *out, int n, cudaStream_t s, enum idle_kind kind,
+                          bool floor) {
     double t[9];
     for (int k = 0; k < 9; k++) {
+        if (floor && (kind == IDLE_AFTER_SAME || kind == IDLE_SETTLED) &&
+            twohop_allreduce_enqueue(in, out, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, s) !=
+                MPI_SUCCESS) {
+            fail("sizes: enqueue returned an error");
+        }
         CK(cudaStreamSynchronize(s));
-        if (after_small) {
+        if (kind == IDLE_SETTLED) usleep(20000);
+        if (kind == IDLE_SWEPT) {
+            if (sweep_buf == NULL && (sweep_buf = malloc(sweep_bytes)) == NULL) {
+                fail("sizes: no memory for the cache sweep");
+            }
+            memset(sweep_buf, k + 1, sweep_bytes);
+        }
+        if (kind == IDLE_AFTER_SMALL || kind == IDLE_SWEPT) {
             if (twohop_allreduce_enqueue(in, out, 2, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, s) !=
                 MPI_SUCCESS) {
                 fail("sizes: enqueue returned an error");
@@ -546,8 +580,10 @@ static double idle_return(float *in, float *out, int n, cudaStream_t s, bool aft
         }
         MPI_Barrier(MPI_COMM_WORLD);
         const double c0 = now_s();
-        if (twohop_allreduce_enqueue(in, out, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, s) !=
-            MPI_SUCCESS) {
+        if (floor) {
+            if (enqueue_test_compute(0, 4, s) != 0) fail("sizes: empty kernel launch failed");
+        } else if (twohop_allreduce_enqueue(in, out, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, s) !=
+                   MPI_SUCCESS) {
             fail("sizes: enqueue returned an error");
         }
         double r = now_s() - c0;
@@ -566,8 +602,10 @@ static double idle_return(float *in, float *out, int n, cudaStream_t s, bool aft
 
 static int sizes(int argc, char **argv) {
     long long max_bytes = 256LL << 20;
+    bool probe = false;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--max-bytes") && i + 1 < argc) max_bytes = atoll(argv[++i]);
+        if (!strcmp(argv[i], "--idle-probe")) probe = true;
     }
     float *in, *out;
     cudaStream_t s;
@@ -583,8 +621,17 @@ static int sizes(int argc, char **argv) {
                "right after an 8-byte call (return_warm), enqueued per "
                "call (back to back), blocking MPI_Allreduce per call; ratio "
                "enqueued/blocking\n", size);
-        printf("%-12s %10s %12s %12s %12s %12s %12s %8s\n", "bytes", "return_p50",
-               "return_max", "return_idle", "return_warm", "enqueued", "blocking", "ratio");
+        if (probe) {
+            printf("# --idle-probe: return_settled: after a call of its size and 20 ms asleep; "
+                   "return_swept: after an 8-byte call and 256 MiB of host memory written "
+                   "(median of 9, slowest rank, us); launch_i/w/set/sw: an empty kernel's "
+                   "launch in the call's place after the same as return_idle, _warm, _settled, "
+                   "_swept\n");
+        }
+        printf("%-12s %10s %12s %12s %12s %12s %12s %8s", "bytes", "return_p50", "return_max",
+               "return_idle", "return_warm", "enqueued", "blocking", "ratio");
+        if (probe) printf(" %14s %12s   %s", "return_settled", "return_swept", "launch_i/w/set/sw");
+        printf("\n");
     }
     for (long long bytes = 8; bytes <= max_bytes;
          bytes = bytes * 4 > max_bytes && bytes < max_bytes ? max_bytes : bytes * 4) {
@@ -635,8 +682,14 @@ static int sizes(int argc, char **argv) {
         // same right after an 8-byte call (whatever the previous call of this size left
         // behind on the host -- its proxy job, the caches its hop 2 swept -- is gone: what
         // remains grows with the size only if the call's own work does).
-        const double idle = idle_return(in, out, n, s, false);
-        const double warm = idle_return(in, out, n, s, true);
+        const double idle = idle_return(in, out, n, s, IDLE_AFTER_SAME, false);
+        const double warm = idle_return(in, out, n, s, IDLE_AFTER_SMALL, false);
+        double settled = 0, swept = 0, fl[4] = {0, 0, 0, 0};
+        if (probe) {
+            settled = idle_return(in, out, n, s, IDLE_SETTLED, false);
+            swept = idle_return(in, out, n, s, IDLE_SWEPT, false);
+            for (int kd = 0; kd < 4; kd++) fl[kd] = idle_return(in, out, n, s, kd, true);
+        }
         double ret_all = 0;
         MPI_Allreduce(&ret_max, &ret_all, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
         for (int i = 1; i < nret; i++) { // insertion sort
@@ -647,13 +700,19 @@ static int sizes(int argc, char **argv) {
             }
         }
         if (rank == 0) {
-            printf("%-12lld %10.1f %12.1f %12.1f %12.1f %12.1f %12.1f %8.2f\n", bytes,
+            printf("%-12lld %10.1f %12.1f %12.1f %12.1f %12.1f %12.1f %8.2f", bytes,
                    rets[nret / 2] * 1e6, ret_all * 1e6, idle * 1e6, warm * 1e6,
-                   t_enq / calls * 1e6,
-                   t_blk / calls * 1e6, t_enq / t_blk);
+                   t_enq / calls * 1e6, t_blk / calls * 1e6, t_enq / t_blk);
+            if (probe) {
+                printf(" %14.1f %12.1f   %5.1f %5.1f %5.1f %5.1f", settled * 1e6, swept * 1e6,
+                       fl[0] * 1e6, fl[1] * 1e6, fl[2] * 1e6, fl[3] * 1e6);
+            }
+            printf("\n");
             fflush(stdout);
         }
     }
+    free(sweep_buf);
+    sweep_buf = NULL;
     CK(cudaFree(in));
     CK(cudaFree(out));
     CK(cudaStreamDestroy(s));

@@ -39,12 +39,14 @@
 #          kernel (2 and 1 blocks per half, hop 3 gathered from 256 KiB or at every size) and
 #          with stream operations (device_allreduce bench, 4 and 8 ranks), and the stream-ordered size table with the
 #          kernel and without (CALL_MAX: largest size, default 64 MiB). KCFGS: the bench
-#          configurations, "gpu_posted posted_kernel_blocks gpu_hop3_gather_min_bytes
+#          configurations ("none": no bench), "gpu_posted posted_kernel_blocks gpu_hop3_gather_min_bytes
 #          posted_proxy_min_bytes [posted_wake_early [posted_wake_lead_us [posted_wake_spin_us]]]" separated by ';'; KSTREAM: the posted_kernel_blocks values of
-#          the stream-ordered table (default "2 0", "none" for no table; "2:3" the same at verbose 3; "2:0:0" with enqueue_stage_kernel_max_bytes 0; "2:0:S:D" also enqueue_on_device_min_bytes D); KNPS: their rank counts (default "4 8"); KSTREAM_POSTED: gpu_posted of its blocking
+#          the stream-ordered table (default "2 0", "none" for no table; KCHECKS=0: no checks,
+#          the tables only; "2:3" the same at verbose 3; "2:0:0" with enqueue_stage_kernel_max_bytes 0; "2:0:S:D" also enqueue_on_device_min_bytes D); KNPS: their rank counts (default "4 8"); KSTREAM_POSTED: gpu_posted of its blocking
 #          calls (default 1); KBENCH_ARGS: more arguments of the bench (e.g. "--min 262144
 #          --step 2" for 1 MiB among the sizes); KSTREAM_VERBOSE=3: the calling thread's phases of its idle-stream
-#          calls; KSTREAM_MAX: the table's largest size (default CALL_MAX); KHOST=MIN:MAX: host
+#          calls; KSTREAM_PROBE=1: the table's --idle-probe columns (return after a settled pause
+#          and after a host-cache sweep); KSTREAM_MAX: the table's largest size (default CALL_MAX); KHOST=MIN:MAX: host
 #          against device buffers (defaults), OSU-style, that size range.
 #   wake: the calling thread's wake lead of blocking GPU-posted calls: device_allreduce bench
 #          (WAKE_MIN..WAKE_MAX, x2 steps, default 1-8 MiB) CPU-posted, GPU-posted with an
@@ -692,6 +694,8 @@ fi
 if [[ $mode == callkernel ]]; then
     shm=(bash -c 'OMPI_MCA_coll_twohop_vnode_shm_transport=1 exec "$@"' _)
     export STACKS_ON_HANG=1
+    # KCHECKS=0: the tables only (a measurement of code whose checks passed in another call).
+    if [[ ${KCHECKS:-1} != 0 ]]; then
     # A hang turns into a failure: every wait of the kernel and the host is bounded.
     for cfg in "4 1" "8 1" "4 0"; do
         read -r np g <<<"$cfg"
@@ -732,9 +736,11 @@ if [[ $mode == callkernel ]]; then
         summary+=("FAIL verbose 3: one kernel $n2 blocking, $n3 stream-ordered; stream operations $n1")
         status=1
     fi
+    fi
     for np in ${KNPS:-4 8}; do
         IFS=';' read -ra cfgs <<<"${KCFGS:-0 2 262144 1048576;1 2 262144 1048576;1 0 262144 1048576;1 1 262144 1048576;1 2 0 1048576}"
         for cfg in "${cfgs[@]}"; do
+            [[ $cfg == none ]] && continue
             read -r p kb g pm we wl ws <<<"$cfg"
             we=${we:-1}
             wl=${wl:-50}
@@ -777,12 +783,12 @@ if [[ $mode == callkernel ]]; then
             RUN_MCA="coll_twohop_posted_kernel_blocks=$kb coll_twohop_enqueue_on_device_min_bytes=$dm coll_twohop_gpu_posted=${KSTREAM_POSTED:-1} coll_twohop_verbose=$vb coll_twohop_enqueue_stage_kernel_max_bytes=$sk" \
                 run $np rr:2 0 -- "${shm[@]}" \
                 "$build/mpi_tests/enqueue_allreduce" sizes --max-bytes ${KSTREAM_MAX:-${CALL_MAX:-67108864}} \
-                >"$f" 2>&1 || status=1
+                ${KSTREAM_PROBE:+--idle-probe} >"$f" 2>&1 || status=1
             echo "== stream-ordered on 2 virtual nodes (shm), $np ranks, posted_kernel_blocks=$kb, blocking calls gpu_posted=${KSTREAM_POSTED:-1}, verbose $vb, enqueue_stage_kernel_max_bytes $sk, enqueue_on_device_min_bytes $dm"
             grep -E "^#|^[0-9b]" "$f"
             # Verbose 3: the calling thread's phases of the calls issued on an idle stream (each
             # size's last 9 calls on every rank), medians and maxima over ranks and calls (us).
-            ((vb >= 3)) && python3 - "$f" <<'PY'
+            ((vb >= 3)) && python3 - "$f" "${KSTREAM_PROBE:+probe}" <<'PY'
 import re, sys, statistics as st
 calls = {}
 pat = re.compile(r"\[[^:]*:(\d+)\].*stream-ordered call on the device buffers: (\d+) B.*"
@@ -790,13 +796,22 @@ pat = re.compile(r"\[[^:]*:(\d+)\].*stream-ordered call on the device buffers: (
                  r" \(kernel chosen ([\d.]+), job queued ([\d.]+), stream work ([\d.]+)\)")
 for line in open(sys.argv[1], errors="replace"):
     m = pat.search(line)
-    if m:
-        calls.setdefault((int(m[2]), m[1]), []).append([float(m[i]) for i in range(3, 9)])
+    try: # the ranks' lines may interleave: a garbled one is skipped
+        if m:
+            calls.setdefault((int(m[2]), m[1]), []).append([float(m[i]) for i in range(3, 9)])
+    except ValueError:
+        pass
 print("idle-stream calls (us, p50/max): bytes  before  rounds  enqueue  (kernel chosen  job queued  stream work)")
 for b in sorted({k[0] for k in calls}):
     # Each size ends with 9 calls on an idle stream after a call of the size, then 9 after
-    # an 8-byte call (return_warm; 8 bytes take the host copy: no line of theirs here).
-    for tag, sl in (("idle", slice(-18, -9)), ("warm", slice(-9, None))):
+    # an 8-byte call (return_warm; 8 bytes take the host copy: no line of theirs here); with
+    # --idle-probe then 9 settled and 9 swept, then 18 untimed (before the empty kernels
+    # timed after a call of the size: enqueue_allreduce's usage).
+    probe = sys.argv[2:3] == ["probe"]
+    tags = ("idle", "warm", "settled", "swept") if probe else ("idle", "warm")
+    tail = 18 if probe else 0
+    for i, tag in enumerate(tags):
+        sl = slice(-9 * (len(tags) - i) - tail, (-9 * (len(tags) - i - 1) - tail) or None)
         rows = [r for (bb, pid), v in calls.items() if bb == b for r in v[sl]]
         if not rows:
             continue
@@ -810,8 +825,11 @@ hp = re.compile(r"stream-ordered call's host side: (\d+) B.*queued ([-\d.]+) us 
                 r"us, stream released ([-\d.]+) us")
 for line in open(sys.argv[1], errors="replace"):
     m = hp.search(line)
-    if m:
-        host.setdefault(int(m[1]), []).append([float(m[i]) for i in range(2, 8)])
+    try:
+        if m:
+            host.setdefault(int(m[1]), []).append([float(m[i]) for i in range(2, 8)])
+    except ValueError:
+        pass
 if host:
     print("host side per call (us, medians): bytes  calls  queued  reached  first_desc  hop2_done  last_gate  released")
     for b in sorted(host):
