@@ -565,18 +565,18 @@ static double idle_return(float *in, float *out, int n, cudaStream_t s, enum idl
         }
         CK(cudaStreamSynchronize(s));
         if (kind == IDLE_SETTLED) usleep(20000);
-        if (kind == IDLE_SWEPT) {
-            if (sweep_buf == NULL && (sweep_buf = malloc(sweep_bytes)) == NULL) {
-                fail("sizes: no memory for the cache sweep");
-            }
-            memset(sweep_buf, k + 1, sweep_bytes);
-        }
         if (kind == IDLE_AFTER_SMALL || kind == IDLE_SWEPT) {
             if (twohop_allreduce_enqueue(in, out, 2, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, s) !=
                 MPI_SUCCESS) {
                 fail("sizes: enqueue returned an error");
             }
             CK(cudaStreamSynchronize(s));
+        }
+        if (kind == IDLE_SWEPT) { // the thread stays busy: its core does not sleep meanwhile
+            if (sweep_buf == NULL && (sweep_buf = malloc(sweep_bytes)) == NULL) {
+                fail("sizes: no memory for the cache sweep");
+            }
+            memset(sweep_buf, k + 1, sweep_bytes);
         }
         MPI_Barrier(MPI_COMM_WORLD);
         const double c0 = now_s();
