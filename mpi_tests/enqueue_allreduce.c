@@ -13,8 +13,10 @@
  *          device buffers, in one run; --idle-probe adds the return of a call on an idle
  *          stream 20 ms after a call of its size (return_settled) and after an 8-byte call
  *          and a 256 MiB host-memory write (return_swept): what the previous call left
- *          behind, its threads' tail or the host's caches; and in each of the four states
- *          the launch of an empty kernel in the call's place (launch_i/w/set/sw)
+ *          behind, its threads' tail or the host's caches; return_spun after a call of its
+ *          size and 20 ms of the thread spinning (the host busy, the GPU idle); and in each
+ *          of the five states the launch of an empty kernel in the call's place
+ *          (launch_i/w/set/sw/sp)
  *        enqueue_allreduce overlap [--blocking] [--bytes N] [--calls K] [--compute-ms T]
  *                                  [--blocks-per-sm B]
  *          a "compute" kernel (B blocks of 128 threads per SM, default 1, busy for T ms,
@@ -541,7 +543,8 @@ enum idle_kind {
     IDLE_AFTER_SAME, /* right after a call of its size (return_idle) */
     IDLE_AFTER_SMALL, /* right after an 8-byte call (return_warm) */
     IDLE_SETTLED,    /* a call of its size, then 20 ms asleep (return_settled, --idle-probe) */
-    IDLE_SWEPT       /* an 8-byte call, then 256 MiB of host memory written (return_swept) */
+    IDLE_SWEPT,      /* an 8-byte call, then 256 MiB of host memory written (return_swept) */
+    IDLE_SPUN        /* a call of its size, then 20 ms of the thread spinning (return_spun) */
 };
 
 /* Host memory that IDLE_SWEPT writes before the call: the host's caches hold none of what the
@@ -558,13 +561,18 @@ static double idle_return(float *in, float *out, int n, cudaStream_t s, enum idl
                           bool floor) {
     double t[9];
     for (int k = 0; k < 9; k++) {
-        if (floor && (kind == IDLE_AFTER_SAME || kind == IDLE_SETTLED) &&
+        if (floor && (kind == IDLE_AFTER_SAME || kind == IDLE_SETTLED || kind == IDLE_SPUN) &&
             twohop_allreduce_enqueue(in, out, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, s) !=
                 MPI_SUCCESS) {
             fail("sizes: enqueue returned an error");
         }
         CK(cudaStreamSynchronize(s));
         if (kind == IDLE_SETTLED) usleep(20000);
+        if (kind == IDLE_SPUN) { // the host busy, the GPU and the driver idle
+            const double t0 = now_s();
+            while (now_s() - t0 < 0.02) {
+            }
+        }
         if (kind == IDLE_AFTER_SMALL || kind == IDLE_SWEPT) {
             if (twohop_allreduce_enqueue(in, out, 2, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, s) !=
                 MPI_SUCCESS) {
@@ -624,13 +632,17 @@ static int sizes(int argc, char **argv) {
         if (probe) {
             printf("# --idle-probe: return_settled: after a call of its size and 20 ms asleep; "
                    "return_swept: after an 8-byte call and 256 MiB of host memory written "
-                   "(median of 9, slowest rank, us); launch_i/w/set/sw: an empty kernel's "
+                   "(median of 9, slowest rank, us); return_spun: after a call of its size "
+                   "and 20 ms of the thread spinning; launch_i/w/set/sw/sp: an empty kernel's "
                    "launch in the call's place after the same as return_idle, _warm, _settled, "
-                   "_swept\n");
+                   "_swept, _spun\n");
         }
         printf("%-12s %10s %12s %12s %12s %12s %12s %8s", "bytes", "return_p50", "return_max",
                "return_idle", "return_warm", "enqueued", "blocking", "ratio");
-        if (probe) printf(" %14s %12s   %s", "return_settled", "return_swept", "launch_i/w/set/sw");
+        if (probe) {
+            printf(" %14s %12s %11s   %s", "return_settled", "return_swept", "return_spun",
+                   "launch_i/w/set/sw/sp");
+        }
         printf("\n");
     }
     for (long long bytes = 8; bytes <= max_bytes;
@@ -684,11 +696,12 @@ static int sizes(int argc, char **argv) {
         // remains grows with the size only if the call's own work does).
         const double idle = idle_return(in, out, n, s, IDLE_AFTER_SAME, false);
         const double warm = idle_return(in, out, n, s, IDLE_AFTER_SMALL, false);
-        double settled = 0, swept = 0, fl[4] = {0, 0, 0, 0};
+        double settled = 0, swept = 0, spun = 0, fl[5] = {0, 0, 0, 0, 0};
         if (probe) {
             settled = idle_return(in, out, n, s, IDLE_SETTLED, false);
             swept = idle_return(in, out, n, s, IDLE_SWEPT, false);
-            for (int kd = 0; kd < 4; kd++) fl[kd] = idle_return(in, out, n, s, kd, true);
+            spun = idle_return(in, out, n, s, IDLE_SPUN, false);
+            for (int kd = 0; kd < 5; kd++) fl[kd] = idle_return(in, out, n, s, kd, true);
         }
         double ret_all = 0;
         MPI_Allreduce(&ret_max, &ret_all, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
@@ -704,8 +717,9 @@ static int sizes(int argc, char **argv) {
                    rets[nret / 2] * 1e6, ret_all * 1e6, idle * 1e6, warm * 1e6,
                    t_enq / calls * 1e6, t_blk / calls * 1e6, t_enq / t_blk);
             if (probe) {
-                printf(" %14.1f %12.1f   %5.1f %5.1f %5.1f %5.1f", settled * 1e6, swept * 1e6,
-                       fl[0] * 1e6, fl[1] * 1e6, fl[2] * 1e6, fl[3] * 1e6);
+                printf(" %14.1f %12.1f %11.1f   %5.1f %5.1f %5.1f %5.1f %5.1f", settled * 1e6,
+                       swept * 1e6, spun * 1e6, fl[0] * 1e6, fl[1] * 1e6, fl[2] * 1e6,
+                       fl[3] * 1e6, fl[4] * 1e6);
             }
             printf("\n");
             fflush(stdout);

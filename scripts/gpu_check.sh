@@ -805,11 +805,11 @@ print("idle-stream calls (us, p50/max): bytes  before  rounds  enqueue  (kernel 
 for b in sorted({k[0] for k in calls}):
     # Each size ends with 9 calls on an idle stream after a call of the size, then 9 after
     # an 8-byte call (return_warm; 8 bytes take the host copy: no line of theirs here); with
-    # --idle-probe then 9 settled and 9 swept, then 18 untimed (before the empty kernels
-    # timed after a call of the size: enqueue_allreduce's usage).
+    # --idle-probe then 9 settled, 9 swept and 9 spun, then 27 untimed (before the empty
+    # kernels timed after a call of the size: enqueue_allreduce's usage).
     probe = sys.argv[2:3] == ["probe"]
-    tags = ("idle", "warm", "settled", "swept") if probe else ("idle", "warm")
-    tail = 18 if probe else 0
+    tags = ("idle", "warm", "settled", "swept", "spun") if probe else ("idle", "warm")
+    tail = 27 if probe else 0
     for i, tag in enumerate(tags):
         sl = slice(-9 * (len(tags) - i) - tail, (-9 * (len(tags) - i - 1) - tail) or None)
         rows = [r for (bb, pid), v in calls.items() if bb == b for r in v[sl]]
