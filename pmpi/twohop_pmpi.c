@@ -638,44 +638,137 @@ static int call_errhandler(MPI_Comm comm, int err) {
     return err;
 }
 
-static int allreduce_impl(const void *sbuf, void *rbuf, int count, MPI_Datatype dtype, MPI_Op op,
-                          MPI_Comm comm, int enqueue, void *stream) {
-    int inter = 0, size = 0;
-    /* Erroneous arguments: the MPI's own allreduce reports them as it would. */
-    if (!enabled || comm == MPI_COMM_NULL || count < 0 || dtype == MPI_DATATYPE_NULL ||
-        op == MPI_OP_NULL || rbuf == MPI_IN_PLACE || (sbuf == rbuf && count > 0) ||
-        PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter ||
-        PMPI_Comm_size(comm, &size) != MPI_SUCCESS || size < 2) {
-        /* A wait would end a capture: a call that reads nothing (empty or erroneous: the MPI
-         * reports it) skips it, any other is refused on this rank alone (see twohop.h). */
-        const int capturing = enqueue && twohop_stream_capturing(stream);
-        if (capturing && count > 0 && comm != MPI_COMM_NULL) {
-            log_msg(0, "twohop_allreduce_enqueue on a stream being captured into a CUDA graph "
-                       "is refused (twohop does not serve this call)");
-            return call_errhandler(comm, MPI_ERR_OTHER);
-        }
-        if (enqueue && !capturing && twohop_stream_sync(stream) != 0) {
-            return call_errhandler(comm, MPI_ERR_OTHER);
-        }
-        if (enabled && size == 1 && !inter && count > 0 && rbuf != MPI_IN_PLACE) {
-            /* A single-rank communicator: the MPI copies with a host memcpy, which device
-             * buffers must not reach. */
-            const int ko = twohop_memory_kind(rbuf);
-            const int ki = sbuf == MPI_IN_PLACE ? ko : twohop_memory_kind(sbuf);
-            return staged_allreduce(sbuf, rbuf, count, dtype, op, comm, ki, ko, 0);
-        }
-        return PMPI_Allreduce(sbuf, rbuf, count, dtype, op, comm);
+/* A call on arguments twohop does not take (erroneous ones, an intercommunicator, a single
+ * rank, twohop switched off): the MPI's own allreduce, which reports the errors as it would.
+ * A stream-ordered call first waits for its stream, or is refused on a stream being captured
+ * (a wait would end the capture); a single rank's device buffers are staged, never passed to
+ * the MPI's host memcpy. */
+static int unserved_call(const void *sbuf, void *rbuf, int count, MPI_Datatype dtype, MPI_Op op,
+                         MPI_Comm comm, int inter, int size, int enqueue, void *stream) {
+    /* A call that reads nothing (empty or erroneous: the MPI reports it) skips the wait, any
+     * other is refused on this rank alone (see twohop.h). */
+    const int capturing = enqueue && twohop_stream_capturing(stream);
+    if (capturing && count > 0 && comm != MPI_COMM_NULL) {
+        log_msg(0, "twohop_allreduce_enqueue on a stream being captured into a CUDA graph "
+                   "is refused (twohop does not serve this call)");
+        return call_errhandler(comm, MPI_ERR_OTHER);
     }
-    const int in_place = sbuf == MPI_IN_PLACE;
-    const int kout = count > 0 ? twohop_memory_kind(rbuf) : TWOHOP_KIND_HOST;
-    const int kin = in_place || count <= 0 ? kout : twohop_memory_kind(sbuf);
-    pmpi_state *s = state_of(comm);
+    if (enqueue && !capturing && twohop_stream_sync(stream) != 0) {
+        return call_errhandler(comm, MPI_ERR_OTHER);
+    }
+    if (enabled && size == 1 && !inter && count > 0 && rbuf != MPI_IN_PLACE) {
+        /* A single-rank communicator: the MPI copies with a host memcpy, which device
+         * buffers must not reach. */
+        const int ko = twohop_memory_kind(rbuf);
+        const int ki = sbuf == MPI_IN_PLACE ? ko : twohop_memory_kind(sbuf);
+        return staged_allreduce(sbuf, rbuf, count, dtype, op, comm, ki, ko, 0);
+    }
+    return PMPI_Allreduce(sbuf, rbuf, count, dtype, op, comm);
+}
+
+/* A stream-ordered call on a stream being captured into a CUDA graph, refused before any
+ * staging or wait on the stream (either would invalidate the capture): a call twohop serves
+ * (route CALL_SERVE) fails on every rank (twohop_comm_refuse_capture), one it does not serve
+ * fails here alone (`why`: the reason it is not served). Returns the error handler's code. */
+static int refuse_capture(pmpi_state *s, call_route route, const char *why, MPI_Comm comm) {
+    char cwhy[256], msg[320];
+    if (route == CALL_SERVE) {
+        (void)twohop_comm_refuse_capture(s->core, cwhy, sizeof(cwhy));
+        s->error_reported = 1;
+        snprintf(msg, sizeof(msg), "allreduce failed: %s", cwhy);
+    } else {
+        snprintf(msg, sizeof(msg), "twohop_allreduce_enqueue on a stream being captured into "
+                 "a CUDA graph is refused (this call is not served by twohop: %s; the other "
+                 "ranks are not told)", why);
+    }
+    log_msg(0, msg);
+    return call_errhandler(comm, MPI_ERR_OTHER);
+}
+
+/* The signature of a served call: what route_signature found (red, base, epi: elements of
+ * `base` per item) and where its buffers live (kin, kout: TWOHOP_KIND_*). */
+typedef struct served_call {
     twohop_reduction red;
     user_op_ctx uctx;
     MPI_Datatype base;
     uint64_t epi;
+    int canonical; /* the layout is `count` dense items of `base` (no packing) */
+    int in_place;
+    int kin, kout;
+} served_call;
+
+/* Runs a served call on twohop's core: the buffers viewed in the canonical layout (packed
+ * through MPI_Pack/MPI_Unpack otherwise), the blocking or stream-ordered call, the result
+ * unpacked, the counters moved, and the first failure on the communicator logged. Returns
+ * the error handler's code. */
+static int run_served(pmpi_state *s, served_call *sc, const void *sbuf, void *rbuf, int count,
+                      MPI_Datatype dtype, MPI_Comm comm, int enqueue, void *stream) {
+    const uint64_t n = (uint64_t)count * sc->epi;
+    const uint64_t canon_bytes = n * sc->red.item_bytes;
+    if (sc->red.op == TWOHOP_OP_USER) sc->uctx.packed = sc->canonical;
+    view vin, vout;
+    twohop_userbuf in, out;
+    int rc = view_open(&vout, &out, sc->kout, rbuf, dtype, (uint64_t)count, sc->base, sc->epi,
+                       canon_bytes, sc->canonical, sc->in_place);
+    if (rc == TWOHOP_OK && sc->in_place) {
+        in = out;
+    } else if (rc == TWOHOP_OK) {
+        rc = view_open(&vin, &in, sc->kin, sbuf, dtype, (uint64_t)count, sc->base, sc->epi,
+                       canon_bytes, sc->canonical, 1);
+    } else {
+        memset(&vin, 0, sizeof(vin));
+    }
+    if (sc->in_place) memset(&vin, 0, sizeof(vin));
+    char fail_why[256];
+    fail_why[0] = '\0'; /* (not "" as initialiser: that zeroes all 256 bytes per call) */
+    if (rc != TWOHOP_OK) {
+        snprintf(fail_why, sizeof(fail_why), "converting a buffer of a non-canonical layout "
+                                             "through MPI_Pack/MPI_Unpack failed");
+        twohop_comm_abort(s->core, rc, fail_why); /* the others must not wait for this rank */
+    } else if (enqueue) {
+        int enqueued = 0;
+        rc = twohop_comm_allreduce_enqueue(s->core, &in, &out, n, &sc->red, stream, &enqueued,
+                                           fail_why, sizeof(fail_why));
+    } else {
+        rc = twohop_comm_allreduce(s->core, &in, &out, n, &sc->red, fail_why, sizeof(fail_why));
+    }
+    const int wrc = view_close(&vout, rbuf, dtype, (uint64_t)count, sc->base, sc->epi,
+                               rc == TWOHOP_OK);
+    if (rc == TWOHOP_OK) rc = wrc;
+    (void)view_close(&vin, NULL, dtype, 0, sc->base, sc->epi, 0);
+    __atomic_add_fetch(&served_calls, 1, __ATOMIC_RELAXED);
+    if (sc->red.dtype == TWOHOP_BF16 || sc->red.dtype == TWOHOP_F16) {
+        __atomic_add_fetch(&half_calls, 1, __ATOMIC_RELAXED);
+    }
+    if (rc != TWOHOP_OK && !s->error_reported) {
+        s->error_reported = 1;
+        char msg[320];
+        snprintf(msg, sizeof(msg), "allreduce failed: %s", fail_why);
+        log_msg(0, msg);
+    }
+    return call_errhandler(comm, mpi_error(rc));
+}
+
+/* MPI_Allreduce (enqueue 0) and twohop_allreduce_enqueue (1, on `stream`): the route of the
+ * call from its signature and the communicator's agreed set-up (the same on every rank), then
+ * the MPI's own allreduce, the fallback, an error or twohop's core. */
+static int allreduce_impl(const void *sbuf, void *rbuf, int count, MPI_Datatype dtype, MPI_Op op,
+                          MPI_Comm comm, int enqueue, void *stream) {
+    int inter = 0, size = 0;
+    if (!enabled || comm == MPI_COMM_NULL || count < 0 || dtype == MPI_DATATYPE_NULL ||
+        op == MPI_OP_NULL || rbuf == MPI_IN_PLACE || (sbuf == rbuf && count > 0) ||
+        PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter ||
+        PMPI_Comm_size(comm, &size) != MPI_SUCCESS || size < 2) {
+        return unserved_call(sbuf, rbuf, count, dtype, op, comm, inter, size, enqueue, stream);
+    }
+    served_call sc;
+    sc.in_place = sbuf == MPI_IN_PLACE;
+    sc.kout = count > 0 ? twohop_memory_kind(rbuf) : TWOHOP_KIND_HOST;
+    sc.kin = sc.in_place || count <= 0 ? sc.kout : twohop_memory_kind(sbuf);
+    pmpi_state *s = state_of(comm);
     const char *why = NULL;
-    call_route route = route_signature(count, dtype, op, &red, &uctx, &base, &epi, &why);
+    call_route route =
+        route_signature(count, dtype, op, &sc.red, &sc.uctx, &sc.base, &sc.epi, &why);
     if (route == CALL_EMPTY) {
         /* Nothing is read: no wait (none on a capturing stream, which it would end). */
         if (enqueue && !twohop_stream_capturing(stream) && twohop_stream_sync(stream) != 0) {
@@ -693,30 +786,14 @@ static int allreduce_impl(const void *sbuf, void *rbuf, int count, MPI_Datatype 
         route = twohop_route_setup(s->setup_state,
                                    s->setup_state == 1
                                        ? twohop_comm_cannot_serve(s->core, (uint64_t)count,
-                                                                  red.item_bytes)
+                                                                  sc.red.item_bytes)
                                        : NULL,
                                    &why);
     }
     if (route == CALL_BROKEN) return call_errhandler(comm, MPI_ERR_OTHER);
-    const int canonical = route == CALL_SERVE && is_canonical(dtype, base);
-    /* A stream being captured into a CUDA graph: refused before any staging or wait on the
-     * stream (either would invalidate the capture). A served call fails on every rank
-     * (twohop_comm_refuse_capture); a call twohop does not serve fails here alone. */
-    if (enqueue && twohop_stream_capturing(stream)) {
-        char cwhy[256], msg[320];
-        if (route == CALL_SERVE) {
-            (void)twohop_comm_refuse_capture(s->core, cwhy, sizeof(cwhy));
-            s->error_reported = 1;
-            snprintf(msg, sizeof(msg), "allreduce failed: %s", cwhy);
-        } else {
-            snprintf(msg, sizeof(msg), "twohop_allreduce_enqueue on a stream being captured into "
-                     "a CUDA graph is refused (this call is not served by twohop: %s; the other "
-                     "ranks are not told)", why);
-        }
-        log_msg(0, msg);
-        return call_errhandler(comm, MPI_ERR_OTHER);
-    }
-    if (enqueue && !twohop_stays_on_stream(route, kin, kout, canonical)) {
+    sc.canonical = route == CALL_SERVE && is_canonical(dtype, sc.base);
+    if (enqueue && twohop_stream_capturing(stream)) return refuse_capture(s, route, why, comm);
+    if (enqueue && !twohop_stays_on_stream(route, sc.kin, sc.kout, sc.canonical)) {
         enqueue = 0; /* a blocking path: the inputs must be complete first */
         if (twohop_stream_sync(stream) != 0) {
             log_msg(0, "twohop_allreduce_enqueue: waiting for the application's CUDA stream "
@@ -725,52 +802,9 @@ static int allreduce_impl(const void *sbuf, void *rbuf, int count, MPI_Datatype 
         }
     }
     if (route == CALL_FALLBACK) {
-        return fallback(s, why, sbuf, rbuf, count, dtype, op, comm, kin, kout);
+        return fallback(s, why, sbuf, rbuf, count, dtype, op, comm, sc.kin, sc.kout);
     }
-
-    const uint64_t n = (uint64_t)count * epi;
-    const uint64_t canon_bytes = n * red.item_bytes;
-    if (red.op == TWOHOP_OP_USER) uctx.packed = canonical;
-    view vin, vout;
-    twohop_userbuf in, out;
-    int rc = view_open(&vout, &out, kout, rbuf, dtype, (uint64_t)count, base, epi, canon_bytes,
-                       canonical, in_place);
-    if (rc == TWOHOP_OK && in_place) {
-        in = out;
-    } else if (rc == TWOHOP_OK) {
-        rc = view_open(&vin, &in, kin, sbuf, dtype, (uint64_t)count, base, epi, canon_bytes,
-                       canonical, 1);
-    } else {
-        memset(&vin, 0, sizeof(vin));
-    }
-    if (in_place) memset(&vin, 0, sizeof(vin));
-    char fail_why[256];
-    fail_why[0] = '\0'; /* (not "" as initialiser: that zeroes all 256 bytes per call) */
-    if (rc != TWOHOP_OK) {
-        snprintf(fail_why, sizeof(fail_why), "converting a buffer of a non-canonical layout "
-                                             "through MPI_Pack/MPI_Unpack failed");
-        twohop_comm_abort(s->core, rc, fail_why); /* the others must not wait for this rank */
-    } else if (enqueue) {
-        int enqueued = 0;
-        rc = twohop_comm_allreduce_enqueue(s->core, &in, &out, n, &red, stream, &enqueued,
-                                           fail_why, sizeof(fail_why));
-    } else {
-        rc = twohop_comm_allreduce(s->core, &in, &out, n, &red, fail_why, sizeof(fail_why));
-    }
-    const int wrc = view_close(&vout, rbuf, dtype, (uint64_t)count, base, epi, rc == TWOHOP_OK);
-    if (rc == TWOHOP_OK) rc = wrc;
-    (void)view_close(&vin, NULL, dtype, 0, base, epi, 0);
-    __atomic_add_fetch(&served_calls, 1, __ATOMIC_RELAXED);
-    if (red.dtype == TWOHOP_BF16 || red.dtype == TWOHOP_F16) {
-        __atomic_add_fetch(&half_calls, 1, __ATOMIC_RELAXED);
-    }
-    if (rc != TWOHOP_OK && !s->error_reported) {
-        s->error_reported = 1;
-        char msg[320];
-        snprintf(msg, sizeof(msg), "allreduce failed: %s", fail_why);
-        log_msg(0, msg);
-    }
-    return call_errhandler(comm, mpi_error(rc));
+    return run_served(s, &sc, sbuf, rbuf, count, dtype, comm, enqueue, stream);
 }
 
 EXPORT int MPI_Allreduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dtype, MPI_Op op,
