@@ -53,6 +53,93 @@ void free_slot(StreamSlot *s) {
  * is recorded on the communicator (poisoned), and the next call reports it. */
 void stream_done(void *, int, const char *) {}
 
+/* The calls queued before a call this rank cannot take part in end first (their failures are
+ * theirs). */
+void end_queued_calls(twohop_comm *c) {
+    lock_engine(c);
+    drain_queue(c);
+    unlock_engine(c);
+}
+
+/* After end_queued_calls: unless one of them failed it already, the communicator fails with rc
+ * under the call's first sequence number, where the other ranks look for it (they learn it
+ * from the poisoned communicator's failure flag and abort messages). `why` is this rank's
+ * reason; returns rc. */
+int poison_call(twohop_comm *c, int rc, const char *why) {
+    if (c->poisoned == TWOHOP_OK) {
+        c->call_first_seq = c->seq.last() + 1;
+        c->fail(rc, why);
+    }
+    return rc;
+}
+
+/* This rank cannot take part in the call: the call fails on every rank (both of the above). */
+int fail_everywhere(twohop_comm *c, int rc, const char *why) {
+    end_queued_calls(c);
+    return poison_call(c, rc, why);
+}
+
+/*
+ * The stream's half of a call through the host copy `slot` (bytes from `in` to `out`, both
+ * device memory): one th_stage launch (stage_kernel) or the stream's own copies and memory
+ * operations -- copy in, write `arrived`, wait for `gate`, copy back, write `released`.
+ * Returns whether all of it was enqueued; *waits: whether the stream waits on the gate (it
+ * must then be opened whatever happens).
+ */
+bool enqueue_host_copy(StreamSlot *slot, int device, void *st, bool stage_kernel,
+                       const twohop_userbuf &in, const twohop_userbuf &out, uint64_t bytes,
+                       uint64_t token, bool *waits) {
+    slot->token = token;
+    if (stage_kernel) {
+        StageArgs a;
+        a.in = static_cast<const char *>(in.device);
+        a.host = slot->host_dev;
+        a.out = static_cast<char *>(out.device);
+        a.bytes = bytes;
+        a.arrived = reinterpret_cast<unsigned long long *>(&slot->words_dev->arrived);
+        a.gate = reinterpret_cast<const unsigned long long *>(&slot->words_dev->gate);
+        a.released = reinterpret_cast<unsigned long long *>(&slot->words_dev->released);
+        a.token = token;
+        *waits = cuda::launch_grid(device, "th_stage", &a, sizeof(a), 1, kStageThreads, st);
+        return *waits;
+    }
+    bool ok = cuda::copy_async(device, slot->host, in.device, bytes, st) &&
+              cuda::write_flag(device, st, &slot->words_dev->arrived, token);
+    *waits = ok && cuda::wait_flag(device, st, &slot->words_dev->gate, token);
+    return *waits && cuda::copy_async(device, out.device, slot->host, bytes, st) &&
+           cuda::write_flag(device, st, &slot->words_dev->released, token);
+}
+
+/*
+ * Queues the host side of a call through the host copy `slot` (token: the call's): the job the
+ * blocking call would run on host buffers, on the host copy in place, inside a StreamJob that
+ * waits for `arrived` and opens the gate after it. vote: this rank's GPU vote runs as the
+ * StreamJob's start -- with the vote on the pipeline path (the peers that called
+ * MPI_Allreduce on device buffers run it) its vote is a no (its buffer is host memory), and a
+ * no never waits (gpu_node.h). Not the inner job's Job::decline_first: the start runs when
+ * the job starts, before the application's stream reaches the call, so the node's other ranks
+ * get this rank's "no" without waiting for its producer; the inner job begins only after the
+ * stream arrived. Returns submit_job's status (not OK: the job was dropped, its gate opened).
+ */
+int queue_host_copy_job(twohop_comm *c, StreamSlot *slot, uint64_t count,
+                        const twohop_reduction &red, uint64_t token, bool vote) {
+    twohop_userbuf h;
+    std::memset(&h, 0, sizeof(h));
+    h.direct = slot->host;
+    std::unique_ptr<Job> inner = make_job(c, h, h, count, red);
+    std::function<int()> start;
+    if (vote) {
+        start = [c, h, count, red]() -> int {
+            bool gpu = false;
+            const int rc = gpu_node_allreduce(c, h, h, count, red, &gpu);
+            return rc != TWOHOP_OK ? rc : gpu ? TWOHOP_ERR_HOST : TWOHOP_OK;
+        };
+    }
+    std::unique_ptr<Job> job(
+        new StreamJob(std::move(inner), slot->words, token, start, gpu_waiting_kernel_end));
+    return submit_job(c, std::move(job), stream_done, nullptr, true, false, true, true);
+}
+
 } // namespace
 
 StreamSlots::~StreamSlots() {
@@ -193,16 +280,10 @@ int twohop_stream_enqueue_multinode(twohop_comm *c, const twohop_userbuf &in,
         bool on_gpu = false;
         const int rc = gpu_stream_posted(c, in, out, count, red, stream, gs, submit, &on_gpu);
         if (rc != TWOHOP_OK) { // this rank cannot take part: the call fails on every rank
-            twohop::lock_engine(c); // the queued calls end first (their failures are theirs)
-            twohop::drain_queue(c);
-            twohop::unlock_engine(c);
+            twohop::end_queued_calls(c);
             std::snprintf(why, whylen, "%s", c->poisoned != TWOHOP_OK ? c->failure.c_str()
                                                                       : twohop::status_reason(rc));
-            if (c->poisoned == TWOHOP_OK) {
-                c->call_first_seq = c->seq.last() + 1;
-                c->fail(rc, why);
-            }
-            return rc;
+            return twohop::poison_call(c, rc, why);
         }
         if (on_gpu) {
             twohop::count(TWOHOP_COUNTER_ENQUEUED_CALLS);
@@ -228,30 +309,9 @@ int twohop_stream_enqueue_multinode(twohop_comm *c, const twohop_userbuf &in,
                               (in.device == out.device ||
                                (cuda::pointer_info(in.device, &ii) && ii.device == device)) &&
                               cuda::preload(device, "th_stage");
-    if (ok && stage_kernel) {
-        slot->token = token;
-        twohop::StageArgs a;
-        a.in = static_cast<const char *>(in.device);
-        a.host = slot->host_dev;
-        a.out = static_cast<char *>(out.device);
-        a.bytes = bytes;
-        a.arrived = reinterpret_cast<unsigned long long *>(&slot->words_dev->arrived);
-        a.gate = reinterpret_cast<const unsigned long long *>(&slot->words_dev->gate);
-        a.released = reinterpret_cast<unsigned long long *>(&slot->words_dev->released);
-        a.token = token;
-        ok = waits = cuda::launch_grid(device, "th_stage", &a, sizeof(a), 1,
-                                       twohop::kStageThreads, st);
-    } else if (ok) {
-        slot->token = token;
-        ok = cuda::copy_async(device, slot->host, in.device, bytes, st) &&
-             cuda::write_flag(device, st, &slot->words_dev->arrived, token);
-        waits = ok && cuda::wait_flag(device, st, &slot->words_dev->gate, token);
-        ok = waits && cuda::copy_async(device, out.device, slot->host, bytes, st) &&
-             cuda::write_flag(device, st, &slot->words_dev->released, token);
-    }
-    if (!ok) {
-        // This rank cannot take part: the call fails on every rank (the others learn it from
-        // the poisoned communicator's failure flag and abort messages).
+    if (ok) ok = twohop::enqueue_host_copy(slot, device, st, stage_kernel, in, out, bytes, token,
+                                           &waits);
+    if (!ok) { // this rank cannot take part: the call fails on every rank
         if (waits) twohop::open_word(&slot->words->gate, token);
         if (counted) gpu_waiting_kernel_end();
         std::snprintf(why, whylen, "%s",
@@ -259,51 +319,17 @@ int twohop_stream_enqueue_multinode(twohop_comm *c, const twohop_userbuf &in,
                                   "(stream-ordered calls in flight do not progress)"
                                 : "enqueueing a stream-ordered allreduce on the application's "
                                   "stream failed");
-        twohop::lock_engine(c);
-        twohop::drain_queue(c);
-        twohop::unlock_engine(c);
-        const int rc = timed_out ? TWOHOP_ERR_TIMEOUT : TWOHOP_ERR_TRANSPORT;
-        if (c->poisoned == TWOHOP_OK) {
-            c->call_first_seq = c->seq.last() + 1;
-            c->fail(rc, why);
-        }
-        return rc;
+        return twohop::fail_everywhere(c, timed_out ? TWOHOP_ERR_TIMEOUT : TWOHOP_ERR_TRANSPORT,
+                                       why);
     }
 
-    // The host side, queued in call order: the job the blocking call would run on host
-    // buffers, on the host copy in place. With the GPU vote on the pipeline path (the peers that
-    // called MPI_Allreduce on device buffers run it), this rank's vote is a no: its buffer is
-    // host memory; a no never waits (gpu_node.h).
-    twohop_userbuf h;
-    std::memset(&h, 0, sizeof(h));
-    h.direct = slot->host;
-    std::unique_ptr<twohop::Job> inner = twohop::make_job(c, h, h, count, red);
-    std::function<int()> start;
-    // The vote as the StreamJob's start, not the inner job's Job::decline_first: the start
-    // runs when the job starts, before the application's stream reaches the call, so the
-    // node's other ranks get this rank's "no" without waiting for its producer; the inner job
-    // begins only after the stream arrived.
-    if (c->gpu_round && pipeline && !voted) {
-        start = [c, h, count, red]() -> int {
-            bool gpu = false;
-            const int rc = gpu_node_allreduce(c, h, h, count, red, &gpu);
-            return rc != TWOHOP_OK ? rc : gpu ? TWOHOP_ERR_HOST : TWOHOP_OK;
-        };
-    }
-    std::unique_ptr<twohop::Job> job(new twohop::StreamJob(std::move(inner), slot->words, token,
-                                                           start, gpu_waiting_kernel_end));
-    const int rc = twohop::submit_job(c, std::move(job), twohop::stream_done, nullptr, true,
-                                      false, true, true);
+    // The host side, queued in call order (the GPU vote's "no" in its start where the node
+    // votes and the rounds have not run here).
+    const int rc = twohop::queue_host_copy_job(c, slot, count, red, token,
+                                               c->gpu_round && pipeline && !voted);
     if (rc != TWOHOP_OK) { // the job was dropped (its gate opened): this rank cannot take part
         std::snprintf(why, whylen, "%s", twohop::status_reason(rc));
-        twohop::lock_engine(c);
-        twohop::drain_queue(c);
-        twohop::unlock_engine(c);
-        if (c->poisoned == TWOHOP_OK) {
-            c->call_first_seq = c->seq.last() + 1;
-            c->fail(rc, why);
-        }
-        return rc;
+        return twohop::fail_everywhere(c, rc, why);
     }
     twohop::count(TWOHOP_COUNTER_ENQUEUED_CALLS);
     twohop::count(TWOHOP_COUNTER_ENQUEUED_MULTINODE_CALLS);
