@@ -15,6 +15,7 @@
 #include "gpu_node.h"
 #include "pipeline_job.h"
 #include "stage_args.h"
+#include "twohop_core.h"
 
 namespace twohop {
 namespace {
@@ -61,22 +62,13 @@ void end_queued_calls(twohop_comm *c) {
     unlock_engine(c);
 }
 
-/* After end_queued_calls: unless one of them failed it already, the communicator fails with rc
- * under the call's first sequence number, where the other ranks look for it (they learn it
- * from the poisoned communicator's failure flag and abort messages). `why` is this rank's
- * reason; returns rc. */
-int poison_call(twohop_comm *c, int rc, const char *why) {
-    if (c->poisoned == TWOHOP_OK) {
-        c->call_first_seq = c->seq.last() + 1;
-        c->fail(rc, why);
-    }
-    return rc;
-}
-
-/* This rank cannot take part in the call: the call fails on every rank (both of the above). */
+/* This rank cannot take part in the call (`why`): the queued calls end first, then the call
+ * fails on every rank (twohop_comm_abort: the communicator poisoned under the call's first
+ * sequence number, unless one of them failed it already). Returns rc. */
 int fail_everywhere(twohop_comm *c, int rc, const char *why) {
     end_queued_calls(c);
-    return poison_call(c, rc, why);
+    twohop_comm_abort(c, rc, why);
+    return rc;
 }
 
 /*
@@ -283,7 +275,8 @@ int twohop_stream_enqueue_multinode(twohop_comm *c, const twohop_userbuf &in,
             twohop::end_queued_calls(c);
             std::snprintf(why, whylen, "%s", c->poisoned != TWOHOP_OK ? c->failure.c_str()
                                                                       : twohop::status_reason(rc));
-            return twohop::poison_call(c, rc, why);
+            twohop_comm_abort(c, rc, why);
+            return rc;
         }
         if (on_gpu) {
             twohop::count(TWOHOP_COUNTER_ENQUEUED_CALLS);
