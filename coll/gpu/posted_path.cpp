@@ -62,6 +62,93 @@ void log_wake_ups(twohop_comm *c) {
 }
 
 
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double us_between(Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double, std::micro>(b - a).count();
+}
+
+/* A blocking GPU-posted call's milestones on the host: written by whichever thread steps its
+ * job (the proxy or the caller), read by the caller once the job ended. A default time point:
+ * not reached. */
+struct PostedTimes {
+    Clock::time_point start; // the enqueue began (after the rounds)
+    Clock::time_point gate;  // every finish gate open: only hop 3 of the last segments remains
+    Clock::time_point near;  // the caller was told the end is near (Proxy::run's `near`)
+    Clock::time_point done;  // the job ended
+    Clock::time_point woke;  // the caller woke for `near` (set only where it slept for it)
+    bool gate_seen = false;
+    double first = -1, hop2 = -1; // verbose 3: first descriptor, last hop-2 result (us from start)
+};
+
+/*
+ * After a call that ended, what the next call of its size class (size_class: floor(log2 bytes))
+ * learns: the tail it took from its last finish gate to its end (the next prediction; one
+ * outlier delays one call's early wake-up at most), and -- where the caller slept for `near`
+ * after a prediction (predicted_tail > 0; not the class's first call, woken at the last gate)
+ * -- how long it spun for the end (< 0: how late it woke), from which the class's wake lead
+ * adapts (wake_lead.h). Returns the tail in us (< 0: none); *spin and *woke for the log.
+ */
+double learn_from_call(twohop_comm *c, int size_class, double predicted_tail, double wake_after,
+                       const PostedTimes &t, double *spin, bool *woke) {
+    GpuHop1 &h = c->gpu_hop1;
+    const double tail = t.gate_seen && t.done > t.gate ? us_between(t.gate, t.done) : -1.0;
+    if (tail >= 0) h.tail_us[size_class] = static_cast<float>(tail);
+    *spin = 0;
+    *woke = c->posted_wake_lead_us >= 0 && predicted_tail > 0 && t.gate_seen &&
+            t.woke != Clock::time_point{} && t.done != Clock::time_point{};
+    if (!*woke) return tail;
+    *spin = us_between(t.woke, t.done);
+    // The lead it had: the predicted tail less the time from the last gate to when the caller
+    // was signalled -- `near` (the lead, or the whole predicted tail when woken at the gate) or
+    // the end, when the tail ran shorter than predicted less the lead. Minus the spin, the lead
+    // it needed to wake at the end (wake_lead.h).
+    const double had = twohop::lead_had_us(
+        predicted_tail, t.near != Clock::time_point{} ? us_between(t.gate, t.near) : -1.0,
+        us_between(t.gate, t.done));
+    if (c->verbose >= 2 && h.wake_log[size_class].size() < GpuHop1::kWakeLogMax) {
+        h.wake_log[size_class].push_back({static_cast<float>(had), static_cast<float>(*spin)});
+    }
+    h.wake[size_class].update(static_cast<float>(*spin), wake_after > 0,
+                              static_cast<float>(had));
+    return tail;
+}
+
+/* Verbose 3: one line per blocking GPU-posted call -- its rounds (from GpuHop1::call_entry),
+ * the host's milestones, the calling thread's CPU time (cpu_start: thread_cpu_s() after the
+ * rounds), the tail predicted and taken and the wake lead (next_lead: the class's lead after
+ * learn_from_call). */
+void log_posted_call(twohop_comm *c, uint64_t bytes, uint64_t nseg, uint64_t bells,
+                     bool one_kernel, const PostedTimes &t, double cpu_start,
+                     double predicted_tail, double tail, double lead, bool woke, double spin,
+                     double next_lead) {
+    const GpuHop1 &h = c->gpu_hop1;
+    const double cpu_end = twohop::thread_cpu_s();
+    char spun[96] = "spin not measured";
+    if (woke) {
+        std::snprintf(spun, sizeof(spun), "spun %.1f us (next lead %.1f us)", spin, next_lead);
+    }
+    char msg[600];
+    std::snprintf(msg, sizeof(msg),
+                  "GPU-posted call: %llu B, %llu segments, %llu doorbells seen by the proxy, "
+                  "%s; rounds %.1f us (calling thread's CPU %.1f us); from the rounds' end: "
+                  "first descriptor %.1f us, hop 2 done %.1f us, end %.1f us (CPU %.1f us); "
+                  "tail after the last finish gate predicted %.1f us, taken %.1f us; "
+                  "wake lead %.1f us, %s",
+                  static_cast<unsigned long long>(bytes), static_cast<unsigned long long>(nseg),
+                  static_cast<unsigned long long>(bells),
+                  one_kernel ? "one kernel" : "stream operations per segment",
+                  us_between(h.call_entry, t.start), 1e6 * (cpu_start - h.call_entry_cpu),
+                  t.first, t.hop2, us_between(t.start, Clock::now()),
+                  1e6 * (cpu_end - cpu_start), predicted_tail, tail, lead, spun);
+    c->host.log(3, msg);
+}
+
+} // namespace
+
+
 } // namespace twohop_gpu
 
 using namespace twohop_gpu;
@@ -137,9 +224,8 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
     twohop::PostedJob job(h.ring, &backend, s0, nseg, c->timeout_s, TWOHOP_ERR_TIMEOUT);
     // Verbose 3: when the host saw the first descriptor, the last hop-2 result and the end
     // (microseconds from the start of the enqueue; written by whichever thread steps the job).
-    using Clock = std::chrono::steady_clock;
-    const Clock::time_point t_start = Clock::now();
-    double t_first = -1, t_hop2 = -1;
+    PostedTimes tm;
+    tm.start = Clock::now();
     const bool timed = c->verbose >= 3;
     const double cpu_start = timed ? twohop::thread_cpu_s() : 0;
     // Proxy::run's `near`: the call's end is close. From the last finish gate (only hop 3 of
@@ -154,28 +240,23 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
     twohop::WakeLead &wake = h.wake[size_class];
     const double lead = wake.lead_us();
     const double wake_after = c->posted_wake_lead_us < 0 ? 0.0 : predicted_tail - lead;
-    Clock::time_point t_gate{}, t_near{}, t_done{}, t_woke{};
-    bool gate_seen = false;
     auto step = [&]() {
         if (enqueue_failed.load(std::memory_order_acquire)) return int(TWOHOP_ERR_TRANSPORT);
         const int st = job.step(twohop::Proxy::kPending);
-        if (!gate_seen && backend.finish_gates() == nseg) {
-            gate_seen = true;
-            t_gate = Clock::now();
+        if (!tm.gate_seen && backend.finish_gates() == nseg) {
+            tm.gate_seen = true;
+            tm.gate = Clock::now();
         }
-        if (gate_seen && !near.load(std::memory_order_relaxed) &&
-            (wake_after <= 0 ||
-             std::chrono::duration<double, std::micro>(Clock::now() - t_gate).count() >=
-                 wake_after)) {
-            t_near = Clock::now();
+        if (tm.gate_seen && !near.load(std::memory_order_relaxed) &&
+            (wake_after <= 0 || us_between(tm.gate, Clock::now()) >= wake_after)) {
+            tm.near = Clock::now();
             near.store(true, std::memory_order_release);
         }
-        if (st != twohop::Proxy::kPending) t_done = Clock::now();
+        if (st != twohop::Proxy::kPending) tm.done = Clock::now();
         if (timed) {
-            const double t = std::chrono::duration<double, std::micro>(Clock::now() - t_start)
-                                 .count();
-            if (t_first < 0 && job.posted() > 0) t_first = t;
-            if (t_hop2 < 0 && job.retired() == nseg) t_hop2 = t;
+            const double t = us_between(tm.start, Clock::now());
+            if (tm.first < 0 && job.posted() > 0) tm.first = t;
+            if (tm.hop2 < 0 && job.retired() == nseg) tm.hop2 = t;
         }
         return st;
     };
@@ -196,7 +277,7 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
     int rc;
     if (count * red.item_bytes >= c->posted_proxy_min_bytes) {
         rc = twohop::Proxy::instance().run(step, enqueue_more,
-                                           c->posted_wake_early ? &near : nullptr, &t_woke,
+                                           c->posted_wake_early ? &near : nullptr, &tm.woke,
                                            idle);
     } else {
         bool busy = twohop::mpi_thread_work_queued();
@@ -228,57 +309,14 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
     h.pending = false;
     gpu_waiting_kernel_end(); // `drained` was seen: the GPU side ended
     twohop::count(TWOHOP_COUNTER_GPU_POSTED_CALLS);
-    // The tail this call took (the proxy's steps ended: this thread reads alone), the next
-    // call's prediction; one outlier delays one call's early wake-up at most.
-    const double tail = gate_seen && t_done > t_gate
-                            ? std::chrono::duration<double, std::micro>(t_done - t_gate).count()
-                            : -1.0;
-    if (tail >= 0) h.tail_us[size_class] = static_cast<float>(tail);
-    // How long the woken caller spun for the end (< 0: how late it woke): the class's next lead.
-    // t_woke is set only where the caller slept for `near` (Proxy::run). Not after the class's
-    // first call, which had no prediction (woken at the last gate).
     double spin = 0;
-    const bool woke = c->posted_wake_lead_us >= 0 && predicted_tail > 0 && gate_seen &&
-                      t_woke != Clock::time_point{} && t_done != Clock::time_point{};
-    if (woke) {
-        spin = std::chrono::duration<double, std::micro>(t_done - t_woke).count();
-        // The lead it had: the predicted tail less the time from the last gate to when the
-        // caller was signalled -- `near` (the lead, or the whole predicted tail when woken at
-        // the gate) or the end, when the tail ran shorter than predicted less the lead. Minus
-        // the spin, the lead it needed to wake at the end (wake_lead.h).
-        auto after_gate = [&t_gate](Clock::time_point t) {
-            return std::chrono::duration<double, std::micro>(t - t_gate).count();
-        };
-        const double had = twohop::lead_had_us(
-            predicted_tail, t_near != Clock::time_point{} ? after_gate(t_near) : -1.0,
-            after_gate(t_done));
-        if (c->verbose >= 2 && h.wake_log[size_class].size() < GpuHop1::kWakeLogMax) {
-            h.wake_log[size_class].push_back({static_cast<float>(had), static_cast<float>(spin)});
-        }
-        wake.update(static_cast<float>(spin), wake_after > 0, static_cast<float>(had));
-    }
+    bool woke = false;
+    const double tail = learn_from_call(c, size_class, predicted_tail, wake_after, tm, &spin,
+                                        &woke);
     if (timed) {
-        const double cpu_end = twohop::thread_cpu_s();
-        char spun[96] = "spin not measured";
-        if (woke) {
-            std::snprintf(spun, sizeof(spun), "spun %.1f us (next lead %.1f us)", spin,
-                          static_cast<double>(wake.lead_us()));
-        }
-        char msg[600];
-        std::snprintf(msg, sizeof(msg),
-                      "GPU-posted call: %llu B, %llu segments, %llu doorbells seen by the proxy, "
-                      "%s; rounds %.1f us (calling thread's CPU %.1f us); from the rounds' end: "
-                      "first descriptor %.1f us, hop 2 done %.1f us, end %.1f us (CPU %.1f us); "
-                      "tail after the last finish gate predicted %.1f us, taken %.1f us; "
-                      "wake lead %.1f us, %s",
-                      static_cast<unsigned long long>(count * red.item_bytes),
-                      static_cast<unsigned long long>(nseg), static_cast<unsigned long long>(bells),
-                      kernel_blocks > 0 ? "one kernel" : "stream operations per segment",
-                      std::chrono::duration<double, std::micro>(t_start - h.call_entry).count(),
-                      1e6 * (cpu_start - h.call_entry_cpu), t_first, t_hop2,
-                      std::chrono::duration<double, std::micro>(Clock::now() - t_start).count(),
-                      1e6 * (cpu_end - cpu_start), predicted_tail, tail, lead, spun);
-        c->host.log(3, msg);
+        log_posted_call(c, count * red.item_bytes, nseg, bells, kernel_blocks > 0, tm,
+                        cpu_start, predicted_tail, tail, lead, woke, spin,
+                        static_cast<double>(wake.lead_us()));
     }
     return TWOHOP_OK;
 }
