@@ -142,7 +142,8 @@ class StreamPostedJob : public twohop::Job {
                                   ? int(TWOHOP_ERR_TIMEOUT)
                                   : 1;
                    }),
-          job_(slot.ring, &backend_, s0, nseg, 0, TWOHOP_ERR_TIMEOUT), bytes_(count * red.item_bytes),
+          job_(slot.ring, &backend_, s0, nseg, 0, TWOHOP_ERR_TIMEOUT),
+          bytes_(count * red.item_bytes),
           timed_(c->verbose >= 3) {
         if (timed_) t_queued_ = Clock::now();
         gpu_waiting_kernel_begin(); // the call's kernel, enqueued after this job is queued
@@ -232,35 +233,40 @@ class StreamPostedJob : public twohop::Job {
 
 } // namespace
 
-int gpu_stream_posted(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out,
-                      uint64_t count, const twohop_reduction &red, void *stream,
-                      const GpuStreamSlot &slot,
-                      const std::function<int(std::unique_ptr<twohop::Job>)> &submit,
-                      bool *on_gpu) {
-    *on_gpu = false;
-    GpuHop1 &h = c->gpu_hop1;
-    const int me = c->topo.local_rank;
-    const uint64_t bytes = count * red.item_bytes;
-    const uint64_t s = c->seq.take();
-    const auto t_start = std::chrono::steady_clock::now();
+namespace {
 
-    // Round 1: my descriptor (no wait for my input: the streams order it, step 2).
+using Clock = std::chrono::steady_clock;
+
+double us_between(Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double, std::micro>(b - a).count();
+}
+
+/*
+ * Round 1 and the node's vote of stream-ordered call s (the number the caller took) on the
+ * device buffers. TWOHOP_OK with *yes: the node runs it on the application's stream, hop 1
+ * active on *device and s given back (the call reserves its segments' numbers next). TWOHOP_OK
+ * with !*yes: a rank voted no, s given back (the caller takes the host copy). Otherwise an
+ * error, with c->seq rewound to s (the caller records the failure under c->seq.last() + 1,
+ * where the node peers look for it).
+ */
+int stream_call_rounds(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out,
+                       const twohop_reduction &red, uint64_t bytes, void *stream, uint64_t s,
+                       int *device, bool *yes) {
+    *yes = false;
+    // Round 1: my descriptor (no wait for my input: the streams order it).
     GpuDesc d;
-    int device = -1;
     bool stage_in = false, stage_out = false;
-    describe(c, in, out, red, bytes, &d, &device, &stage_in, &stage_out, true);
+    describe(c, in, out, red, bytes, &d, device, &stage_in, &stage_out, true);
     if (stage_in || stage_out) d.can = 0; // staging copies would need the device's order
-    if (d.can && stream && cuda::stream_device(stream) != device) d.can = 0;
+    if (d.can && stream && cuda::stream_device(stream) != *device) d.can = 0;
     // The call's ring holds the segments posted and not yet consumed: at most depth + 1.
     if (uint64_t(c->depth) + 1 >= twohop::DoorbellRing::kSlots) d.can = 0;
-    if (d.can && !cuda::preload(device, "th_post")) d.can = 0;
-    if (d.can && !cuda::preload(device, kernel_name(red.dtype, red.op))) d.can = 0;
+    if (d.can && !cuda::preload(*device, "th_post")) d.can = 0;
+    if (d.can && !cuda::preload(*device, kernel_name(red.dtype, red.op))) d.can = 0;
     publish_desc(c, d, s);
     if (!d.can) return vote_no(c, s);
-    // An error leaves the failed call's number as the next one (the caller records the
-    // failure under c->seq.last() + 1, where the node peers look for it).
     auto failed = [c, s](int rc) {
-        c->seq.rewind(s); // also the block reserved after a yes
+        c->seq.rewind(s);
         return rc;
     };
     int rc;
@@ -268,27 +274,103 @@ int gpu_stream_posted(twohop_comm *c, const twohop_userbuf &in, const twohop_use
     if ((rc = wait_all_unlocked(c, &RankFlags::desc_seq, s)) != TWOHOP_OK) return failed(rc);
     GpuDesc peer[TWOHOP_GPU_MAX_RANKS];
     bool one_device = true, all = true;
-    if ((rc = vote_round(c, d, device, s, peer, &one_device, &all, true)) != TWOHOP_OK) {
+    if ((rc = vote_round(c, d, *device, s, peer, &one_device, &all, true)) != TWOHOP_OK) {
         return failed(rc);
     }
     if (!all) return decline(c, s);
     // Hop 3 gathered from gather_min_bytes (agreed; the message size is the same on every
     // rank). Below it the node's ranks would wait on each other's copies for little gain.
     const bool gather_pays = bytes >= c->gather_min_bytes;
-    if ((rc = activate_hop1(c, peer, device, one_device, in.device, out.device,
+    if ((rc = activate_hop1(c, peer, *device, one_device, in.device, out.device,
                             gather_pays)) != TWOHOP_OK) {
         return failed(rc);
     }
-    const auto t_rounds = std::chrono::steady_clock::now();
-    h.active = false; // this call's pipeline is the stream's, not a host job's
+    c->gpu_hop1.active = false; // this call's pipeline is the stream's, not a host job's
     (void)decline(c, s);
+    *yes = true;
+    return TWOHOP_OK;
+}
+
+/*
+ * The stream's half of a call the node runs on the device buffers: the call kernel
+ * (kernel_blocks > 0, with its counters: it writes my `ready`, waits for the local ranks',
+ * runs the segments and writes the slot's `released`, one launch in all) or, without it,
+ * stream operations: the `ready` handshake, every segment at once, the `released` write.
+ * Sets sched->ok (false: something was not enqueued).
+ */
+void enqueue_stream_half(PostedSchedule *sched, int device, const GpuStreamSlot &slot,
+                         int ready_word, unsigned long long *counters, int kernel_blocks) {
+    twohop_comm *c = sched->c;
+    const int me = c->topo.local_rank;
+    const uint64_t ready = sched->s0 + 1;
+    if (kernel_blocks > 0) {
+        sched->ready_seq = ready;
+        sched->ready_word = ready_word;
+        sched->end_word = slot.released_dev;
+        sched->end_value = slot.token;
+        sched->call(counters, kernel_blocks);
+        return;
+    }
+    void *st = sched->stream;
+    sched->ok = cuda::write_flag(device, st, ready_addr(c, me, ready_word), ready);
+    for (int l = 0; sched->ok && l < c->topo.local_size(); ++l) {
+        if (l != me) sched->ok = cuda::wait_flag(device, st, ready_addr(c, l, ready_word), ready);
+    }
+    (void)sched->enqueue([] { return UINT64_MAX; }); // the whole call at once
+    sched->ok = sched->ok && cuda::write_flag(device, st, slot.released_dev, slot.token);
+}
+
+/* Verbose 3: where a stream-ordered call on the device buffers spent its time on the calling
+ * thread (t: the call's entry into this path, the rounds' end, the kernel chosen, the job
+ * queued, the stream's half enqueued). */
+void log_stream_call(twohop_comm *c, uint64_t bytes, uint64_t nseg, bool one_kernel,
+                     bool gathered, Clock::time_point entry, const Clock::time_point (&t)[5]) {
+    char msg[400];
+    std::snprintf(msg, sizeof(msg),
+                  "stream-ordered call on the device buffers: %llu B, %llu segments "
+                  "GPU-posted on the application's stream (%s)%s; before the rounds %.1f "
+                  "us, rounds %.1f us, enqueue %.1f us (kernel chosen %.1f, job queued "
+                  "%.1f, stream work %.1f)",
+                  static_cast<unsigned long long>(bytes), static_cast<unsigned long long>(nseg),
+                  one_kernel ? "one kernel" : "stream operations per segment",
+                  gathered ? ", hop 3 gathered on the GPU" : "", us_between(entry, t[0]),
+                  us_between(t[0], t[1]), us_between(t[1], t[4]), us_between(t[1], t[2]),
+                  us_between(t[2], t[3]), us_between(t[3], t[4]));
+    c->host.log(3, msg);
+}
+
+} // namespace
+
+int gpu_stream_posted(twohop_comm *c, const twohop_userbuf &in, const twohop_userbuf &out,
+                      uint64_t count, const twohop_reduction &red, void *stream,
+                      const GpuStreamSlot &slot,
+                      const std::function<int(std::unique_ptr<twohop::Job>)> &submit,
+                      bool *on_gpu) {
+    *on_gpu = false;
+    GpuHop1 &h = c->gpu_hop1;
+    const uint64_t bytes = count * red.item_bytes;
+    const uint64_t s = c->seq.take();
+    Clock::time_point t[5]; // start, rounds done, kernel chosen, job queued, stream half done
+    t[0] = Clock::now();
+
+    // 1. The node's rounds.
+    int device = -1;
+    bool yes = false;
+    int rc = stream_call_rounds(c, in, out, red, bytes, stream, s, &device, &yes);
+    if (rc != TWOHOP_OK || !yes) return rc;
+    t[1] = Clock::now();
+    // An error from here leaves the failed call's number as the next one (as in the rounds).
+    auto failed = [c, s](int e) {
+        c->seq.rewind(s); // also the block reserved below
+        return e;
+    };
     // One kernel for the call's GPU side (posted_call.h) when this rank uses it.
     // (Without its counters, stream operations: this rank's choice.)
     int kernel_blocks = call_kernel_blocks(c, red, bytes, device);
     unsigned long long *counters =
         kernel_blocks > 0 ? call_counters(c, device, slot.index) : nullptr;
     if (counters == nullptr) kernel_blocks = 0;
-    const auto t_kernel = std::chrono::steady_clock::now();
+    t[2] = Clock::now();
 
     // 2. The call's sequence numbers, its ring, its job (queued before the stream may wait on
     // it), then the stream's half.
@@ -307,55 +389,23 @@ int gpu_stream_posted(twohop_comm *c, const twohop_userbuf &in, const twohop_use
     if ((rc = submit(std::move(job))) != TWOHOP_OK) return failed(rc); // dropped: waits released
     // From here the stream waits on the slot's words: it stays in use until `released`.
     *slot.slot_token = slot.token;
-    const auto t_queued = std::chrono::steady_clock::now();
+    t[3] = Clock::now();
 
     void *st = stream ? stream : cuda::legacy_stream();
     PostedSchedule sched{c, st, slot.ring_dev, s0, count, seg_items, nseg, red, out.device};
-    if (kernel_blocks > 0) {
-        // The kernel writes my `ready` and waits for the local ranks' (no stream operations).
-        sched.ready_seq = s0 + 1;
-        sched.ready_word = ready_word;
-        sched.end_word = slot.released_dev; // the kernel writes `released`: one launch in all
-        sched.end_value = slot.token;
-        sched.call(counters, kernel_blocks);
-    } else {
-        sched.ok = cuda::write_flag(device, st, ready_addr(c, me, ready_word), s0 + 1);
-        for (int l = 0; sched.ok && l < c->topo.local_size(); ++l) {
-            if (l != me) {
-                sched.ok = cuda::wait_flag(device, st, ready_addr(c, l, ready_word), s0 + 1);
-            }
-        }
-        (void)sched.enqueue([] { return UINT64_MAX; }); // the whole call at once
-        sched.ok = sched.ok && cuda::write_flag(device, st, slot.released_dev, slot.token);
-    }
+    enqueue_stream_half(&sched, device, slot, ready_word, counters, kernel_blocks);
     const bool gathered = h.gather;
     h.gather = false;
     if (!sched.ok) {
         slot.enqueue_state->store(-1, std::memory_order_release);
-        return failed(
-            gpu_error(c, "enqueueing a stream-ordered allreduce failed on local rank", me));
+        return failed(gpu_error(c, "enqueueing a stream-ordered allreduce failed on local rank",
+                                c->topo.local_rank));
     }
     slot.enqueue_state->store(1, std::memory_order_release);
     *on_gpu = true;
     if (c->verbose >= 3) {
-        const auto t_end = std::chrono::steady_clock::now();
-        char msg[400];
-        std::snprintf(msg, sizeof(msg),
-                      "stream-ordered call on the device buffers: %llu B, %llu segments "
-                      "GPU-posted on the application's stream (%s)%s; before the rounds %.1f "
-                      "us, rounds %.1f us, enqueue %.1f us (kernel chosen %.1f, job queued "
-                      "%.1f, stream work %.1f)",
-                      static_cast<unsigned long long>(bytes),
-                      static_cast<unsigned long long>(nseg),
-                      kernel_blocks > 0 ? "one kernel" : "stream operations per segment",
-                      gathered ? ", hop 3 gathered on the GPU" : "",
-                      std::chrono::duration<double, std::micro>(t_start - slot.entry).count(),
-                      std::chrono::duration<double, std::micro>(t_rounds - t_start).count(),
-                      std::chrono::duration<double, std::micro>(t_end - t_rounds).count(),
-                      std::chrono::duration<double, std::micro>(t_kernel - t_rounds).count(),
-                      std::chrono::duration<double, std::micro>(t_queued - t_kernel).count(),
-                      std::chrono::duration<double, std::micro>(t_end - t_queued).count());
-        c->host.log(3, msg);
+        t[4] = Clock::now();
+        log_stream_call(c, bytes, nseg, kernel_blocks > 0, gathered, slot.entry, t);
     }
     return TWOHOP_OK;
 }

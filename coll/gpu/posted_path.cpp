@@ -171,8 +171,8 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
     // g_waiting_kernels. Ended below once the GPU side is seen to end.
     gpu_waiting_kernel_begin();
 
-    // 1. The call on the communicator's stream (PostedSchedule). Enqueued by this thread while the proxy
-    // runs the job (2.), at most kPostedWindow segments ahead of the hop-2 results: the
+    // 1. The call on the communicator's stream (PostedSchedule). Enqueued by this thread while
+    // the proxy runs the job (2.), at most kPostedWindow segments ahead of the hop-2 results: the
     // stream's queue stays short, so no enqueue ever blocks inside the driver behind a wait on
     // a gate that only the proxy opens (with the whole call enqueued first, hundreds of
     // segments filled it).
@@ -185,7 +185,8 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
         kernel_blocks > 0 ? call_counters(c, dev, kBlockingCounters) : nullptr;
     if (counters == nullptr) kernel_blocks = 0;
     const uint64_t window = depth > kPostedWindow ? depth : kPostedWindow;
-    std::atomic<bool> enqueued_all{false}; // the `drained` write after the last operation is enqueued
+    // The `drained` write after the last operation is enqueued.
+    std::atomic<bool> enqueued_all{false};
     std::atomic<bool> enqueue_failed{false};
     auto results = [&]() { // segments whose hop-2 results this rank published (proxy: retire)
         const uint64_t r = c->shm.flags(me).reduced.load(std::memory_order_acquire);
