@@ -933,7 +933,8 @@ fi
 # then a pageable cudaMemcpy before the wait (the proxy thread opens that call's gates while the
 # first call's job may be its to advance: it makes no CUDA call while such a kernel may wait).
 # device_allreduce overlap: MPI_Iallreduce on device buffers overlapped with a CPU loop (4 ranks,
-# two virtual nodes over shared memory: at least 80 % from 4 MiB, 98-99 % measured).
+# two virtual nodes over shared memory: at least 80 % from 4 MiB, 98-99 % measured). A timing
+# below the bound is measured a second time, and the summary line says so with the first try's.
 cross_checks() {
     local runs=("cross|--expect-hop1|" "cross|--expect-hop1 --sync|"
                 "cross|--expect-hop1 --warm --expect-posted|$pj" "cross|--prime|$pj" "cross||$pj"
@@ -955,11 +956,22 @@ cross_checks() {
         fi
     done
     t0=$SECONDS
-    if RUN_TIMEOUT=${CROSS_TIMEOUT:-120} run 4 rr:2 0 -- bash -c \
-        'OMPI_MCA_coll_twohop_vnode_shm_transport=1 exec "$@"' _ \
-        "$build/mpi_tests/device_allreduce" overlap --min-overlap 80 >"$out/overlap.log" 2>&1 &&
-        grep -q "overlap: ok" "$out/overlap.log"; then
-        summary+=("PASS overlap np4_rr2 (shm): $(grep -E '^ +[0-9]+ ' "$out/overlap.log" | awk '{printf "%s B %s%% ", $1, $4}')($((SECONDS - t0)) s)")
+    local try first=""
+    for try in 1 2; do
+        RUN_TIMEOUT=${CROSS_TIMEOUT:-120} run 4 rr:2 0 -- bash -c \
+            'OMPI_MCA_coll_twohop_vnode_shm_transport=1 exec "$@"' _ \
+            "$build/mpi_tests/device_allreduce" overlap --min-overlap 80 >"$out/overlap.log" 2>&1
+        grep -q "overlap: ok" "$out/overlap.log" && break
+        # A timing below the bound is measured once more (it failed once on an otherwise
+        # passing machine: 1 MiB took 5x its usual time in the same run); a wrong result, a
+        # crash or a hang is not.
+        grep -qE "wrong result|signal|WATCHDOG" "$out/overlap.log" && break
+        grep -q "overlap: FAIL" "$out/overlap.log" || break
+        first=" (second try; the first: $(grep -E '^ +[0-9]+ ' "$out/overlap.log" | awk '{printf "%s B %s%% ", $1, $4}'| sed 's/ $//'))"
+        cp "$out/overlap.log" "$out/overlap_try1.log"
+    done
+    if grep -q "overlap: ok" "$out/overlap.log"; then
+        summary+=("PASS overlap np4_rr2 (shm): $(grep -E '^ +[0-9]+ ' "$out/overlap.log" | awk '{printf "%s B %s%% ", $1, $4}')($((SECONDS - t0)) s)$first")
     else
         summary+=("FAIL overlap np4_rr2 (shm) ($((SECONDS - t0)) s)")
         status=1
