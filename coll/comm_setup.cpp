@@ -260,6 +260,7 @@ void apply_params(twohop_comm *c, const twohop_params &prm) {
     c->posted_wake_lead_us = prm.posted_wake_lead_us;
     c->posted_wake_spin_us = prm.posted_wake_spin_us;
     c->posted_wake_quantile = prm.posted_wake_quantile;
+    c->posted_wake_nap_us = prm.posted_wake_nap_us;
     { // every size class's wake lead (gpu_node.h), from these parameters
         const float start = static_cast<float>(std::max(prm.posted_wake_lead_us, 0));
         const float target = static_cast<float>(prm.posted_wake_spin_us);

@@ -55,7 +55,7 @@
 #          memory; a table of latency and calling-thread CPU against CPU-posted (medians over the
 #          repeats). WAKE_CFGS: "gpu_posted:posted_wake_spin_us[:posted_wake_quantile]"
 #          entries (default "0:0 1:0:95 1:0": CPU-posted, the 95th-percentile lead, the fixed
-#          lead). WAKE_VERBOSE=2:
+#          lead; a fourth field: coll_twohop_posted_wake_nap_us, default 0). WAKE_VERBOSE=2:
 #          the runs at verbose 2, and a table of each GPU-posted run's wake-ups (the lead each
 #          call would have needed, quantiles logged once per communicator).
 #   kdiag: where GPU-posted calls spend their time (verbose-3 host timestamps and the calling
@@ -534,14 +534,15 @@ if [[ $mode == wake ]]; then
         rm -f "$out"/wake_np${np}_*.txt # only this run's files in the table
         for rep in $(seq "${WAKE_REPEAT:-2}"); do
             for cfg in ${WAKE_CFGS:-0:0 1:0:95 1:0}; do
-                IFS=: read -r p ws q <<<"$cfg"
+                IFS=: read -r p ws q nap <<<"$cfg"
                 p=${p:-1}
                 ws=${ws:-10}
                 q=${q:-0}
-                RUN_MCA="coll_twohop_gpu_posted=$p coll_twohop_posted_wake_spin_us=$ws coll_twohop_posted_wake_quantile=$q${WAKE_VERBOSE:+ coll_twohop_verbose=$WAKE_VERBOSE}" \
+                nap=${nap:-0}
+                RUN_MCA="coll_twohop_gpu_posted=$p coll_twohop_posted_wake_spin_us=$ws coll_twohop_posted_wake_quantile=$q coll_twohop_posted_wake_nap_us=$nap${WAKE_VERBOSE:+ coll_twohop_verbose=$WAKE_VERBOSE}" \
                     run $np rr:2 0 -- "${shm[@]}" "$build/mpi_tests/device_allreduce" bench \
                     --min "${WAKE_MIN:-1048576}" --step 2 --max "${WAKE_MAX:-8388608}" \
-                    >"$out/wake_np${np}_p${p}_ws${ws}_q${q}_r$rep.txt" 2>&1 || status=1
+                    >"$out/wake_np${np}_p${p}_ws${ws}_q${q}_n${nap}_r$rep.txt" 2>&1 || status=1
             done
         done
         echo "== wake lead, $np ranks, 2 virtual nodes (shm): latency (us), ratio to CPU-posted, calling-thread CPU (us), CPU-posted CPU / this CPU (medians over ${WAKE_REPEAT:-2} repeats)"
@@ -550,9 +551,9 @@ import glob, statistics as st, sys
 out, np, cfgs = sys.argv[1], sys.argv[2], sys.argv[3:]
 rows = {}  # cfg -> bytes -> [(us, cpu)]
 for cfg in cfgs:
-    p, ws, q = (cfg.split(":") + ["", "", ""])[:3]
-    p, ws, q = p or "1", ws or "10", q or "0"
-    for f in sorted(glob.glob(f"{out}/wake_np{np}_p{p}_ws{ws}_q{q}_r*.txt")):
+    p, ws, q, nap = (cfg.split(":") + ["", "", "", ""])[:4]
+    p, ws, q, nap = p or "1", ws or "10", q or "0", nap or "0"
+    for f in sorted(glob.glob(f"{out}/wake_np{np}_p{p}_ws{ws}_q{q}_n{nap}_r*.txt")):
         for line in open(f, errors="replace"):
             v = line.split()
             if len(v) >= 6 and v[0].isdigit():

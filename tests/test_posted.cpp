@@ -9,6 +9,7 @@
 #include <limits>
 #include <map>
 #include <pthread.h>
+#include <sys/prctl.h>
 #include <thread>
 #include <vector>
 
@@ -227,6 +228,41 @@ TEST(Proxy, ReportsWhenTheCallerWoke) {
         } else {
             EXPECT_GE(woke, done) << "no `near`: woken by the end";
         }
+    }
+}
+
+// run(..., near, woke, idle, near_nap_us): from `near` the caller naps instead of spinning
+// (coll_twohop_posted_wake_nap_us). The job ends 5 ms after `near`, beyond Proxy::kNearSpin
+// (250 us): a spinning caller burns those 250 us, a napping one a few us per nap. Its timer
+// slack is back to what it was after the call.
+TEST(Proxy, CallerNapsNearTheEndInsteadOfSpinning) {
+    Proxy p;
+    EXPECT_EQ(p.run([] { return 0; }), 0); // the thread started before the timed call
+    const int slack_before = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+    for (const int nap_us : {20, 0}) {
+        std::atomic<bool> near{false};
+        const auto t0 = std::chrono::steady_clock::now();
+        const auto near_at = t0 + std::chrono::milliseconds(10);
+        const auto end_at = near_at + std::chrono::milliseconds(5);
+        timespec a, b;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
+        const int st = p.run(
+            [&] {
+                const auto now = std::chrono::steady_clock::now();
+                if (now >= near_at) near.store(true);
+                return now >= end_at ? 7 : Proxy::kPending;
+            },
+            nullptr, &near, nullptr, {}, nap_us);
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
+        EXPECT_EQ(st, 7);
+        EXPECT_GE(std::chrono::steady_clock::now(), end_at);
+        const double us = 1e6 * (b.tv_sec - a.tv_sec) + 1e-3 * (b.tv_nsec - a.tv_nsec);
+        RecordProperty(nap_us > 0 ? "napping_caller_cpu_us" : "spinning_caller_cpu_us",
+                       static_cast<int>(us));
+        if (nap_us > 0) {
+            EXPECT_LT(us, 150.0) << "the napping caller used " << us << " us of CPU";
+        }
+        EXPECT_EQ(prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0), slack_before);
     }
 }
 

@@ -279,7 +279,7 @@ int gpu_posted_pipeline(twohop_comm *c, const twohop_userbuf &out, uint64_t coun
     if (count * red.item_bytes >= c->posted_proxy_min_bytes) {
         rc = twohop::Proxy::instance().run(step, enqueue_more,
                                            c->posted_wake_early ? &near : nullptr, &tm.woke,
-                                           idle);
+                                           idle, c->posted_wake_nap_us);
     } else {
         bool busy = twohop::mpi_thread_work_queued();
         bool enqueuing = true;

@@ -1,6 +1,8 @@
 #include "proxy.h"
 
 #include <pthread.h>
+#include <sys/prctl.h>
+#include <time.h>
 
 #include <vector>
 
@@ -13,13 +15,31 @@ Proxy &Proxy::instance() {
 
 int Proxy::run(std::function<int()> step) { return run(std::move(step), nullptr); }
 
+namespace {
+/*
+ * Polls `done` in naps of nap_us microseconds until it holds or `until` passed. The thread's
+ * timer slack (prctl PR_SET_TIMERSLACK; Linux's default is 50 us, which would stretch every
+ * nap to about that) is lowered to Proxy::kNapSlack for the naps and restored after.
+ */
+template <typename Done>
+void nap_until(const Done &done, std::chrono::steady_clock::time_point until, int nap_us) {
+    const int old_slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+    const bool lowered =
+        old_slack > 0 && prctl(PR_SET_TIMERSLACK,
+                               static_cast<unsigned long>(Proxy::kNapSlack.count()), 0, 0, 0) == 0;
+    const timespec nap{0, static_cast<long>(nap_us) * 1000};
+    while (!done() && std::chrono::steady_clock::now() < until) nanosleep(&nap, nullptr);
+    if (lowered) (void)prctl(PR_SET_TIMERSLACK, static_cast<unsigned long>(old_slack), 0, 0, 0);
+}
+} // namespace
+
 int Proxy::run(std::function<int()> step, const std::function<bool()> &alongside) {
     return run(std::move(step), alongside, nullptr);
 }
 
 int Proxy::run(std::function<int()> step, const std::function<bool()> &alongside,
                const std::atomic<bool> *near, std::chrono::steady_clock::time_point *woke,
-               const std::function<bool()> &idle) {
+               const std::function<bool()> &idle, int near_nap_us) {
     Job job;
     job.step = std::move(step);
     job.near = near;
@@ -60,7 +80,11 @@ int Proxy::run(std::function<int()> step, const std::function<bool()> &alongside
         lock.unlock();
         if (woke != nullptr) *woke = std::chrono::steady_clock::now();
         const auto until = std::chrono::steady_clock::now() + kNearSpin;
-        while (!finished() && std::chrono::steady_clock::now() < until) {
+        if (near_nap_us > 0) {
+            nap_until(finished, until, near_nap_us);
+        } else {
+            while (!finished() && std::chrono::steady_clock::now() < until) {
+            }
         }
     }
     lock.lock();

@@ -74,13 +74,18 @@ class Proxy {
      * from `near` spins up to kNearSpin for the end, so the wake-up of a sleeping thread
      * (tens of microseconds) overlaps the job's tail instead of following it. `woke` (may
      * be null): when the caller woke from that sleep (for `near` or for the end), so that it
-     * can tell how long it spun or how late it woke (wake_lead.h).
+     * can tell how long it spun or how late it woke (wake_lead.h). `near_nap_us` > 0: from
+     * `near` the caller polls for the end in naps of that many microseconds (nanosleep, its
+     * timer slack lowered to kNapSlack for the wait and restored after) instead of spinning:
+     * less CPU, the end seen up to a nap plus a timer wake-up later
+     * (coll_twohop_posted_wake_nap_us).
      */
     int run(std::function<int()> step, const std::function<bool()> &alongside,
             const std::atomic<bool> *near,
             std::chrono::steady_clock::time_point *woke = nullptr,
-            const std::function<bool()> &idle = {});
+            const std::function<bool()> &idle = {}, int near_nap_us = 0);
     static constexpr std::chrono::microseconds kNearSpin{250};
+    static constexpr std::chrono::nanoseconds kNapSlack{1000};
     /*
      * `idle` (may be empty): work the waiting caller does while its job runs -- a blocking
      * call's MPI progress, so that calls in flight elsewhere on this rank move while it waits
