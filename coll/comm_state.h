@@ -120,7 +120,7 @@ struct twohop_comm {
     int posted_wake_lead_us = 50;          // coll_twohop_posted_wake_lead_us
     int posted_wake_spin_us = 0;           // coll_twohop_posted_wake_spin_us
     int posted_wake_quantile = 95;         // coll_twohop_posted_wake_quantile
-    int posted_wake_nap_us = 0;            // coll_twohop_posted_wake_nap_us
+    int posted_wake_nap_us = 10;           // coll_twohop_posted_wake_nap_us
     std::vector<const twohop::ucx::Endpoint *> rd_peers;
     std::vector<char> scratch;             // one slot_bytes block per ring
     std::vector<char> private_out;         // latency-path result when `out` is not direct

@@ -3,6 +3,7 @@
 // stop with a job in flight), and the arrival counters of the GPU-posted call kernel.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <ctime>
@@ -233,13 +234,17 @@ TEST(Proxy, ReportsWhenTheCallerWoke) {
 
 // run(..., near, woke, idle, near_nap_us): from `near` the caller naps instead of spinning
 // (coll_twohop_posted_wake_nap_us). The job ends 5 ms after `near`, beyond Proxy::kNearSpin
-// (250 us): a spinning caller burns those 250 us, a napping one a few us per nap. Its timer
-// slack is back to what it was after the call.
+// (250 us): a spinning caller burns those 250 us, a napping one a few us per nap. Calls with
+// naps of 50 us and spinning calls alternate five times; the napping calls' median CPU time is
+// at least 100 us below the spinning calls' (the rest of run() costs both the same, tens of us
+// on a loaded machine). The caller's timer slack is back to what it was after each call.
 TEST(Proxy, CallerNapsNearTheEndInsteadOfSpinning) {
     Proxy p;
-    EXPECT_EQ(p.run([] { return 0; }), 0); // the thread started before the timed call
+    EXPECT_EQ(p.run([] { return 0; }), 0); // the thread started before the timed calls
     const int slack_before = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
-    for (const int nap_us : {20, 0}) {
+    std::vector<double> cpu_us[2]; // [0]: napping, [1]: spinning
+    for (int call = 0; call < 10; ++call) {
+        const int nap_us = call % 2 == 0 ? 50 : 0;
         std::atomic<bool> near{false};
         const auto t0 = std::chrono::steady_clock::now();
         const auto near_at = t0 + std::chrono::milliseconds(10);
@@ -256,14 +261,15 @@ TEST(Proxy, CallerNapsNearTheEndInsteadOfSpinning) {
         clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
         EXPECT_EQ(st, 7);
         EXPECT_GE(std::chrono::steady_clock::now(), end_at);
-        const double us = 1e6 * (b.tv_sec - a.tv_sec) + 1e-3 * (b.tv_nsec - a.tv_nsec);
-        RecordProperty(nap_us > 0 ? "napping_caller_cpu_us" : "spinning_caller_cpu_us",
-                       static_cast<int>(us));
-        if (nap_us > 0) {
-            EXPECT_LT(us, 150.0) << "the napping caller used " << us << " us of CPU";
-        }
         EXPECT_EQ(prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0), slack_before);
+        cpu_us[call % 2].push_back(1e6 * (b.tv_sec - a.tv_sec) + 1e-3 * (b.tv_nsec - a.tv_nsec));
     }
+    for (auto &v : cpu_us) std::sort(v.begin(), v.end());
+    const double napping = cpu_us[0][2], spinning = cpu_us[1][2];
+    RecordProperty("napping_caller_cpu_us", static_cast<int>(napping));
+    RecordProperty("spinning_caller_cpu_us", static_cast<int>(spinning));
+    EXPECT_LT(napping + 100.0, spinning)
+        << "median CPU of the caller: napping " << napping << " us, spinning " << spinning << " us";
 }
 
 // The wake lead (wake_lead.h): a late caller raises it by its lateness plus the target, a long
