@@ -53,9 +53,10 @@
 #          adaptive lead (coll_twohop_posted_wake_quantile or _spin_us) and with a fixed one, in turn,
 #          WAKE_REPEAT times (default 2), 4 and 8 ranks (KNPS) on two virtual nodes over shared
 #          memory; a table of latency and calling-thread CPU against CPU-posted (medians over the
-#          repeats). WAKE_CFGS: "gpu_posted:posted_wake_spin_us[:posted_wake_quantile]"
-#          entries (default "0:0 1:0:95 1:0": CPU-posted, the 95th-percentile lead, the fixed
-#          lead; a fourth field: coll_twohop_posted_wake_nap_us, default 0). WAKE_VERBOSE=2:
+#          repeats). WAKE_CFGS: "gpu_posted:posted_wake_spin_us[:posted_wake_quantile
+#          [:posted_wake_nap_us]]" entries (an absent quantile or nap: 0; default "0:0
+#          1:0:95:10 1:0:95:0 1:0:0:10": CPU-posted, the defaults (95th-percentile lead, 10 us
+#          naps), the same spinning, the fixed lead napping). WAKE_VERBOSE=2:
 #          the runs at verbose 2, and a table of each GPU-posted run's wake-ups (the lead each
 #          call would have needed, quantiles logged once per communicator).
 #   kdiag: where GPU-posted calls spend their time (verbose-3 host timestamps and the calling
@@ -533,7 +534,7 @@ if [[ $mode == wake ]]; then
     for np in ${KNPS:-4 8}; do
         rm -f "$out"/wake_np${np}_*.txt # only this run's files in the table
         for rep in $(seq "${WAKE_REPEAT:-2}"); do
-            for cfg in ${WAKE_CFGS:-0:0 1:0:95 1:0}; do
+            for cfg in ${WAKE_CFGS:-0:0 1:0:95:10 1:0:95:0 1:0:0:10}; do
                 IFS=: read -r p ws q nap <<<"$cfg"
                 p=${p:-1}
                 ws=${ws:-10}
@@ -546,7 +547,7 @@ if [[ $mode == wake ]]; then
             done
         done
         echo "== wake lead, $np ranks, 2 virtual nodes (shm): latency (us), ratio to CPU-posted, calling-thread CPU (us), CPU-posted CPU / this CPU (medians over ${WAKE_REPEAT:-2} repeats)"
-        python3 - "$out" "$np" ${WAKE_CFGS:-0:0 1:0:95 1:0} <<'PY' || status=1
+        python3 - "$out" "$np" ${WAKE_CFGS:-0:0 1:0:95:10 1:0:95:0 1:0:0:10} <<'PY' || status=1
 import glob, statistics as st, sys
 out, np, cfgs = sys.argv[1], sys.argv[2], sys.argv[3:]
 rows = {}  # cfg -> bytes -> [(us, cpu)]
