@@ -235,12 +235,6 @@ class StreamPostedJob : public twohop::Job {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double us_between(Clock::time_point a, Clock::time_point b) {
-    return std::chrono::duration<double, std::micro>(b - a).count();
-}
-
 /*
  * Round 1 and the node's vote of stream-ordered call s (the number the caller took) on the
  * device buffers. TWOHOP_OK with *yes: the node runs it on the application's stream, hop 1

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <mutex>
 
@@ -23,6 +24,13 @@ namespace twohop_gpu {
 
 using twohop::RankFlags;
 namespace cuda = twohop::cuda;
+
+using Clock = std::chrono::steady_clock;
+
+/* Microseconds from a to b (negative when b is earlier): the verbose-3 timings of coll/gpu. */
+inline double us_between(Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double, std::micro>(b - a).count();
+}
 
 /* What a local rank publishes in its descriptor block for one call. */
 struct GpuDesc {

@@ -64,12 +64,6 @@ void log_wake_ups(twohop_comm *c) {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double us_between(Clock::time_point a, Clock::time_point b) {
-    return std::chrono::duration<double, std::micro>(b - a).count();
-}
-
 /* A blocking GPU-posted call's milestones on the host: written by whichever thread steps its
  * job (the proxy or the caller), read by the caller once the job ended. A default time point:
  * not reached. */
