@@ -9,7 +9,8 @@
  * Hand-off latency: a thread woken from a condition variable takes tens of microseconds to run
  * again, twice per job (proxy woken at submit, caller woken at the end). Both sides therefore
  * spin for a bounded time before they sleep: the caller right after submitting (kSpin: short
- * jobs finish in it) or, for a job with a foreseeable end, from `near` (kNearSpin); the proxy
+ * jobs finish in it) or, for a job with a foreseeable end, from `near` (kNearSpin; spinning
+ * or, with run()'s near_nap_us, in short naps); the proxy
  * right after its last job (kSpin: back-to-back calls find it awake) or after a prewake()
  * (kPrewakeSpin). An idle proxy sleeps.
  *
